@@ -1,0 +1,59 @@
+//! Text rendering of cell results for a person reading a terminal.
+
+use cellhost::percent::ScriptCell;
+use cellhost::{CellResult, Status};
+
+/// A notebook-like transcript of one cell: a header, its output, its value,
+/// its error and a note whenever the kernel's state changed.
+pub(crate) fn cell_text(cell: &ScriptCell, r: &CellResult) -> String {
+    let mut out = String::new();
+    let title = cell
+        .title
+        .as_deref()
+        .map(|t| format!(" · {t}"))
+        .unwrap_or_default();
+    let status = match r.status {
+        Status::Success => String::new(),
+        s => format!(" [{}]", s.as_str()),
+    };
+    out.push_str(&format!(
+        "── cell {} (line {}){title}{status} ──\n",
+        cell.index, cell.line
+    ));
+    push_block(&mut out, &r.stdout);
+    push_block(&mut out, &r.stderr);
+    if let Some(v) = &r.value {
+        out.push_str(&format!("Out[{}]: {v}\n", r.kernel.execution_count));
+    }
+    if r.status != Status::Success {
+        if let Some(tb) = r.traceback.as_deref().filter(|t| !t.trim().is_empty()) {
+            push_block(&mut out, tb);
+        }
+        if let Some(e) = &r.error {
+            let last_tb_line = r
+                .traceback
+                .as_deref()
+                .and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()));
+            if last_tb_line.map(str::trim) != Some(e.trim()) {
+                out.push_str(&format!("{e}\n"));
+            }
+        }
+    }
+    if let Some(p) = &r.truncated.spill_path {
+        out.push_str(&format!("(output cut; full text in {p})\n"));
+    }
+    if let Some(note) = &r.kernel.note {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    out
+}
+
+fn push_block(out: &mut String, text: &str) {
+    if text.is_empty() {
+        return;
+    }
+    out.push_str(text);
+    if !text.ends_with('\n') {
+        out.push('\n');
+    }
+}

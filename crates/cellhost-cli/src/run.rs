@@ -1,0 +1,136 @@
+//! `cellhost run`: a percent-format script, cell by cell, in one kernel.
+
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use cellhost::percent::{self, ScriptCell};
+use cellhost::{Cell, Kernel, KernelOptions, SpawnError};
+
+use crate::RunArgs;
+
+/// Read the script as UTF-8 text, or say in one line why not.
+fn read_script(args: &RunArgs) -> Result<(String, String), String> {
+    let (name, bytes) = if args.file.as_os_str() == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin()
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("cannot read standard input: {e}"))?;
+        ("<stdin>".to_owned(), buf)
+    } else {
+        let name = args.file.display().to_string();
+        if args.file.is_dir() {
+            return Err(format!("{name} is a directory, not a script"));
+        }
+        let bytes = std::fs::read(&args.file).map_err(|e| {
+            let why = match e.kind() {
+                std::io::ErrorKind::NotFound => "no such file".to_owned(),
+                std::io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+                _ => e.to_string(),
+            };
+            format!("cannot read {name}: {why}")
+        })?;
+        (name, bytes)
+    };
+    let text = String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "{name} is not UTF-8 text (invalid byte at offset {}); save it as UTF-8",
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    Ok((name, text))
+}
+
+pub(crate) async fn run(args: RunArgs) -> u8 {
+    let (name, source) = match read_script(&args) {
+        Ok(v) => v,
+        Err(line) => {
+            eprintln!("cellhost: {line}");
+            return 2;
+        }
+    };
+    let cells = percent::parse(&source);
+    if cells.is_empty() {
+        eprintln!("cellhost: {name} has no code to run (it is empty or only blank lines and markdown cells)");
+        return 2;
+    }
+    let mut opts = KernelOptions::default();
+    opts.python = args.python.clone();
+    opts.default_timeout = args.timeout;
+    let kernel = match Kernel::spawn(opts).await {
+        Ok(k) => k,
+        Err(e @ SpawnError::Interpreter(_)) => {
+            eprintln!("cellhost: {e}");
+            return 2;
+        }
+        Err(e) => {
+            eprintln!("cellhost: failed to start a kernel: {e}");
+            return 1;
+        }
+    };
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let presses = Arc::new(AtomicUsize::new(0));
+    let ctrl_c = tokio::spawn(forward_ctrl_c(kernel.clone(), interrupted.clone(), presses));
+    let code = run_cells(&kernel, &cells, &args, &interrupted).await;
+    ctrl_c.abort();
+    kernel.shutdown().await;
+    code
+}
+
+async fn run_cells(
+    kernel: &Kernel,
+    cells: &[ScriptCell],
+    args: &RunArgs,
+    interrupted: &AtomicBool,
+) -> u8 {
+    let mut failed = false;
+    let mut stdout = std::io::stdout().lock();
+    for cell in cells {
+        let result = match kernel.execute(Cell::new(cell.code.clone())).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("cellhost: cell {} (line {}): {e}", cell.index, cell.line);
+                return 1;
+            }
+        };
+        let text = if args.json {
+            let mut line = serde_json::to_string(&result).expect("a cell result serializes");
+            line.push('\n');
+            line
+        } else {
+            crate::render::cell_text(cell, &result)
+        };
+        // A closed stdout (e.g. `| head`) ends the run quietly.
+        if stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).is_err() {
+            return if failed { 1 } else { 0 };
+        }
+        if !result.is_success() {
+            failed = true;
+            if !args.keep_going || interrupted.load(Ordering::Relaxed) {
+                break;
+            }
+        }
+        if interrupted.load(Ordering::Relaxed) {
+            break;
+        }
+    }
+    u8::from(failed)
+}
+
+/// Ctrl-C interrupts the running cell (the run stops after it); a second
+/// Ctrl-C kills the kernel and exits at once.
+async fn forward_ctrl_c(kernel: Kernel, interrupted: Arc<AtomicBool>, presses: Arc<AtomicUsize>) {
+    loop {
+        if tokio::signal::ctrl_c().await.is_err() {
+            return;
+        }
+        interrupted.store(true, Ordering::Relaxed);
+        if presses.fetch_add(1, Ordering::Relaxed) == 0 {
+            eprintln!("\ncellhost: interrupting the running cell (Ctrl-C again to kill the kernel and quit)");
+            let _ = kernel.interrupt().await;
+        } else {
+            kernel.shutdown().await;
+            std::process::exit(130);
+        }
+    }
+}

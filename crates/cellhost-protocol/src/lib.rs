@@ -1,0 +1,182 @@
+//! Wire types of cellhost: the public cell-result contract.
+//!
+//! These types are what every front end (library, `cellhost run --json`, the
+//! HTTP API, MCP structured content) hands to its caller. They carry no I/O
+//! and depend on serde only, so any transport can reuse them. The JSON shape
+//! is documented in `shared/DESIGN.md` ("Public contract: the cell result").
+//!
+//! Fields that do not apply are omitted (`Option::None` is skipped); the
+//! `kernel.*` booleans are always present.
+
+use serde::{Deserialize, Serialize};
+
+/// How a cell ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    /// The cell ran to completion (including a deliberate `sys.exit(0)`).
+    Success,
+    /// The cell raised, exited non-zero, or the kernel died under it.
+    Error,
+    /// The cell ran past its timeout and was interrupted (or killed).
+    Timeout,
+    /// The caller interrupted the cell.
+    Interrupted,
+}
+
+impl Status {
+    /// The lowercase wire name (`"success"`, `"error"`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Success => "success",
+            Status::Error => "error",
+            Status::Timeout => "timeout",
+            Status::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// One rich output item (`display()`, plots). Binary data is base64.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DisplayItem {
+    pub mime: String,
+    pub data: String,
+}
+
+/// Whether output was cut, and where the full text went.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Truncated {
+    pub stdout: bool,
+    pub stderr: bool,
+    /// A file holding the cleaned full output (up to the spill cap) when
+    /// stdout or stderr was cut.
+    pub spill_path: Option<String>,
+}
+
+/// Which kernel ran the cell and what happened to its state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KernelInfo {
+    /// Identifies one kernel process; a new process gets a new id.
+    pub id: String,
+    /// `"local"` for kernels on this machine.
+    pub backend: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// `true` when the cell ran in the same process as the previous cell.
+    pub reused: bool,
+    /// Cells run in this kernel process so far, this one included.
+    pub execution_count: u64,
+    /// The caller asked for a reset: earlier state was discarded on purpose.
+    pub state_reset: bool,
+    /// State the caller had was lost without being asked for (killed
+    /// after a timeout, crashed, evicted, ...).
+    pub state_lost: bool,
+    /// This cell ended the kernel (`sys.exit()`); the next cell gets a
+    /// fresh one.
+    pub ended: bool,
+    /// A plain sentence whenever state was reset, lost or the kernel ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// The result of one cell: the public contract of every front end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CellResult {
+    pub status: Status,
+    pub stdout: String,
+    pub stderr: String,
+    /// `repr()` of the last expression, when the cell ends in one that is
+    /// not `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// One line, e.g. `ZeroDivisionError: division by zero`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The traceback, user frames only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceback: Option<String>,
+    #[serde(default)]
+    pub displays: Vec<DisplayItem>,
+    #[serde(default)]
+    pub truncated: Truncated,
+    #[serde(default)]
+    pub tool_calls_made: u64,
+    pub duration_seconds: f64,
+    pub kernel: KernelInfo,
+}
+
+impl CellResult {
+    /// `true` when the cell succeeded.
+    pub fn is_success(&self) -> bool {
+        self.status == Status::Success
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> CellResult {
+        CellResult {
+            status: Status::Error,
+            stdout: "hi\n".into(),
+            stderr: String::new(),
+            value: None,
+            error: Some("ZeroDivisionError: division by zero".into()),
+            traceback: Some("Traceback ...".into()),
+            displays: vec![DisplayItem {
+                mime: "image/png".into(),
+                data: "iVBORw0KGgo=".into(),
+            }],
+            truncated: Truncated::default(),
+            tool_calls_made: 0,
+            duration_seconds: 0.004,
+            kernel: KernelInfo {
+                id: "k-1".into(),
+                backend: "local".into(),
+                pid: Some(1234),
+                reused: true,
+                execution_count: 2,
+                ..KernelInfo::default()
+            },
+        }
+    }
+
+    #[test]
+    fn cell_result_round_trips_through_json() {
+        let r = sample();
+        let text = serde_json::to_string(&r).unwrap();
+        let back: CellResult = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn absent_fields_are_omitted_and_kernel_flags_always_present() {
+        let mut r = sample();
+        r.error = None;
+        r.traceback = None;
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("value").is_none());
+        assert!(v.get("error").is_none());
+        let k = &v["kernel"];
+        for flag in ["reused", "state_reset", "state_lost", "ended"] {
+            assert!(k[flag].is_boolean(), "{flag} missing");
+        }
+        assert!(k.get("note").is_none());
+        assert_eq!(v["status"], "error");
+        assert_eq!(v["truncated"]["spill_path"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn status_names_match_the_contract() {
+        for (s, name) in [
+            (Status::Success, "success"),
+            (Status::Error, "error"),
+            (Status::Timeout, "timeout"),
+            (Status::Interrupted, "interrupted"),
+        ] {
+            assert_eq!(serde_json::to_value(s).unwrap(), name);
+            assert_eq!(s.as_str(), name);
+        }
+    }
+}

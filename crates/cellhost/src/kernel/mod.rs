@@ -1,0 +1,300 @@
+//! Session kernels: one live Python process per [`Kernel`] handle.
+//!
+//! A [`Kernel`] is a cheap, cloneable handle. One task (the actor, in
+//! `actor.rs`) owns the process, its pipes and its output captures;
+//! handles send it messages. Cells run one at a time in arrival order.
+//!
+//! The process side lives in `process.rs` (spawn, teardown), the control
+//! frames in `frame.rs`, Unix plumbing in `unix.rs`, and the Python runner
+//! in `src/runner/runner.py`.
+
+mod actor;
+pub(crate) mod frame;
+mod process;
+mod unix;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use cellhost_protocol::CellResult;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::env::ChildEnv;
+use crate::interpreter::{Interpreter, InterpreterError};
+use crate::output::OutputLimits;
+
+pub use frame::FrameError;
+pub use unix::{pid_alive, rss_bytes};
+
+/// How to start kernels. `Default` gives a local kernel on `python3` from
+/// PATH (resolved once), the host's allow-listed environment, and the
+/// limits documented in the README.
+#[derive(Debug, Clone)]
+pub struct KernelOptions {
+    /// Interpreter path or bare name; `None` means `$CELLHOST_PYTHON` or
+    /// `python3` on PATH. Shims are resolved to the real binary once.
+    pub python: Option<PathBuf>,
+    /// Working directory of the kernel (default: the host's).
+    pub cwd: Option<PathBuf>,
+    /// The kernel's environment and the secret values to redact.
+    pub env: ChildEnv,
+    /// Parent of the per-kernel 0700 staging dirs.
+    pub staging_root: PathBuf,
+    /// Where full output is spilled when a cell's output is cut. Spill
+    /// files outlive the kernel; their owner removes them.
+    pub spill_dir: PathBuf,
+    pub output: OutputLimits,
+    /// Timeout of cells that do not set their own (`None`: no limit).
+    pub default_timeout: Option<Duration>,
+    /// How long an interrupted cell may take to settle before the kernel
+    /// is killed (default 2 s).
+    pub interrupt_grace: Duration,
+    /// SIGTERM → SIGKILL grace at teardown (default 1 s).
+    pub teardown_grace: Duration,
+    /// How long a new runner may take to say hello (default 30 s).
+    pub spawn_timeout: Duration,
+}
+
+/// `$XDG_RUNTIME_DIR/cellhost`, or `<tmp>/cellhost-<uid>`.
+pub fn default_runtime_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d).join("cellhost"),
+        _ => std::env::temp_dir().join(format!("cellhost-{}", nix::unistd::geteuid())),
+    }
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        let root = default_runtime_dir();
+        KernelOptions {
+            python: None,
+            cwd: None,
+            env: ChildEnv::from_host(&[]),
+            staging_root: root.join("kernels"),
+            spill_dir: root.join("spill"),
+            output: OutputLimits::default(),
+            default_timeout: None,
+            interrupt_grace: Duration::from_secs(2),
+            teardown_grace: Duration::from_secs(1),
+            spawn_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl KernelOptions {
+    pub fn python(mut self, python: impl Into<PathBuf>) -> Self {
+        self.python = Some(python.into());
+        self
+    }
+
+    pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    pub fn default_timeout(mut self, timeout: Duration) -> Self {
+        self.default_timeout = Some(timeout);
+        self
+    }
+
+    pub fn interrupt_grace(mut self, grace: Duration) -> Self {
+        self.interrupt_grace = grace;
+        self
+    }
+
+    pub fn env(mut self, env: ChildEnv) -> Self {
+        self.env = env;
+        self
+    }
+
+    /// Put staging dirs and spill files under `dir` (tests, daemons).
+    pub fn runtime_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.staging_root = dir.as_ref().join("kernels");
+        self.spill_dir = dir.as_ref().join("spill");
+        self
+    }
+}
+
+/// One execution request.
+#[derive(Debug, Clone, Default)]
+pub struct Cell {
+    pub code: String,
+    /// Overrides [`KernelOptions::default_timeout`].
+    pub timeout: Option<Duration>,
+    /// Discard the kernel's state (restart the process) before running.
+    pub reset: bool,
+}
+
+impl Cell {
+    pub fn new(code: impl Into<String>) -> Cell {
+        Cell {
+            code: code.into(),
+            ..Cell::default()
+        }
+    }
+
+    pub fn timeout(mut self, timeout: Duration) -> Cell {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    pub fn reset(mut self, reset: bool) -> Cell {
+        self.reset = reset;
+        self
+    }
+}
+
+/// Failure to start a kernel process.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error(transparent)]
+    Interpreter(#[from] InterpreterError),
+    #[error("failed to {about}")]
+    Io {
+        about: &'static str,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("failed to start {}: {err}", python.display())]
+    Exec {
+        python: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("the kernel {exit} during startup: {stderr_tail}")]
+    DiedAtStart { exit: String, stderr_tail: String },
+    #[error("the kernel did not start within {after:?}")]
+    Timeout { after: Duration },
+    #[error("python {version} is too old: cellhost needs Python 3.8 or newer (pass --python PATH)")]
+    TooOld { version: String },
+    #[error("kernel handshake failed: {detail}")]
+    Handshake { detail: String },
+}
+
+/// Failure of a kernel operation. A cell that fails (exception, timeout,
+/// crash) is not an error: it is a [`CellResult`] that says so.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    #[error("failed to start a kernel: {0}")]
+    Spawn(#[from] SpawnError),
+    #[error("the kernel has been shut down; start a new one")]
+    Closed,
+}
+
+pub(crate) enum Request {
+    Execute(Cell, oneshot::Sender<Result<CellResult, KernelError>>),
+}
+
+pub(crate) enum Control {
+    Interrupt(oneshot::Sender<bool>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// What observers may read without asking the actor.
+#[derive(Debug, Default)]
+pub(crate) struct Observed {
+    pid: AtomicU32,
+    busy: AtomicBool,
+}
+
+struct Inner {
+    requests: mpsc::UnboundedSender<Request>,
+    control: mpsc::UnboundedSender<Control>,
+    observed: Arc<Observed>,
+}
+
+/// A handle to a session kernel. Clones share the kernel; when the last
+/// handle is dropped the kernel is torn down.
+#[derive(Clone)]
+pub struct Kernel {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Kernel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kernel").field("pid", &self.pid()).finish()
+    }
+}
+
+impl Kernel {
+    /// Start a kernel process and wait until it is ready. Must be called
+    /// within a tokio runtime.
+    ///
+    /// # Errors
+    /// [`SpawnError`] when no interpreter is found or it fails to start.
+    pub async fn spawn(opts: KernelOptions) -> Result<Kernel, SpawnError> {
+        let requested = opts.python.clone();
+        let interpreter =
+            tokio::task::spawn_blocking(move || Interpreter::resolve(requested.as_deref()))
+                .await
+                .map_err(|e| SpawnError::Handshake {
+                    detail: format!("interpreter lookup panicked: {e}"),
+                })??;
+        let observed = Arc::new(Observed::default());
+        let actor = actor::Actor::start(opts, interpreter, observed.clone()).await?;
+        let (requests, req_rx) = mpsc::unbounded_channel();
+        let (control, ctl_rx) = mpsc::unbounded_channel();
+        tokio::spawn(actor.run(req_rx, ctl_rx));
+        Ok(Kernel {
+            inner: Arc::new(Inner {
+                requests,
+                control,
+                observed,
+            }),
+        })
+    }
+
+    /// Run one cell. Cells queue and run one at a time in arrival order.
+    ///
+    /// # Errors
+    /// [`KernelError::Spawn`] when a fresh process was needed and could not
+    /// start; [`KernelError::Closed`] after shutdown.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not cancel the cell: it still runs to
+    /// completion (use [`Kernel::interrupt`]); only its result is dropped.
+    pub async fn execute(&self, cell: Cell) -> Result<CellResult, KernelError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .requests
+            .send(Request::Execute(cell, tx))
+            .map_err(|_| KernelError::Closed)?;
+        rx.await.map_err(|_| KernelError::Closed)?
+    }
+
+    /// Interrupt the running cell (SIGINT; killed after the grace period if
+    /// it does not settle). Returns `false` when no cell was running.
+    pub async fn interrupt(&self) -> Result<bool, KernelError> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .control
+            .send(Control::Interrupt(tx))
+            .map_err(|_| KernelError::Closed)?;
+        rx.await.map_err(|_| KernelError::Closed)
+    }
+
+    /// Kill the kernel (SIGTERM, grace, SIGKILL of its process group) and
+    /// wait until it is gone. A running cell ends with `state_lost`.
+    /// Idempotent.
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.inner.control.send(Control::Shutdown(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// The pid of the current kernel process, if one is running.
+    pub fn pid(&self) -> Option<u32> {
+        match self.inner.observed.pid.load(Ordering::Relaxed) {
+            0 => None,
+            pid => Some(pid),
+        }
+    }
+
+    /// `true` while a cell is running.
+    pub fn is_busy(&self) -> bool {
+        self.inner.observed.busy.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,305 @@
+//! One kernel process: spawning it, talking to it, tearing it down.
+//!
+//! The process is owned by exactly one task (the kernel actor); nothing else
+//! touches its `Child` or pipes.
+
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::net::unix::pipe;
+
+use super::frame::{Frame, FrameReader};
+use super::unix;
+use super::{KernelOptions, SpawnError};
+
+const RUNNER_SOURCE: &str = include_str!("../runner/runner.py");
+
+/// How a process ended, for notes and errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exit {
+    Code(i32),
+    Signal(i32),
+    Unknown,
+}
+
+impl Exit {
+    pub(crate) fn from_status(status: std::process::ExitStatus) -> Exit {
+        use std::os::unix::process::ExitStatusExt;
+        match (status.code(), status.signal()) {
+            (Some(c), _) => Exit::Code(c),
+            (_, Some(s)) => Exit::Signal(s),
+            _ => Exit::Unknown,
+        }
+    }
+
+    pub(crate) fn describe(self) -> String {
+        match self {
+            Exit::Code(c) => format!("exited with status {c}"),
+            Exit::Signal(s) => format!("was killed by signal {s} ({})", unix::signal_name(s)),
+            Exit::Unknown => "ended".to_owned(),
+        }
+    }
+}
+
+/// A live kernel process and its pipes.
+pub(crate) struct Process {
+    pub id: String,
+    pub pid: u32,
+    pub child: tokio::process::Child,
+    pub ctrl_tx: pipe::Sender,
+    pub ctrl_rx: pipe::Receiver,
+    pub frames: FrameReader,
+    pub stdout: pipe::Receiver,
+    pub stderr: pipe::Receiver,
+    /// Our end of the death pipe: the runner sees EOF when we drop it or
+    /// when this process dies by any means.
+    _death: std::os::fd::OwnedFd,
+    staging: PathBuf,
+    pub execution_count: u64,
+    /// Set once the child has been reaped.
+    pub exited: Option<Exit>,
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf).expect("OS random source");
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Create `dir` (and parents) with mode 0700; an existing dir must be a
+/// real directory (not a symlink) owned by us.
+pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    use std::os::unix::fs::MetadataExt;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is not a directory owned by this user", dir.display()),
+        ));
+    }
+    Ok(())
+}
+
+impl Process {
+    /// Start a runner and wait for its hello.
+    pub(crate) async fn spawn(opts: &KernelOptions, python: &Path) -> Result<Process, SpawnError> {
+        let id = format!("k-{}", random_hex(6));
+        let io = |about: &'static str| move |err| SpawnError::Io { about, err };
+        private_dir(&opts.staging_root).map_err(io("create the staging root"))?;
+        let staging = opts.staging_root.join(&id);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&staging)
+            .map_err(io("create the kernel staging dir"))?;
+        let script = staging.join("runner.py");
+        {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&script)
+                .map_err(io("write the runner script"))?;
+            f.write_all(RUNNER_SOURCE.as_bytes())
+                .map_err(io("write the runner script"))?;
+        }
+        match Self::start(opts, python, id, staging.clone(), &script).await {
+            Ok(p) => Ok(p),
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&staging);
+                Err(e)
+            }
+        }
+    }
+
+    async fn start(
+        opts: &KernelOptions,
+        python: &Path,
+        id: String,
+        staging: PathBuf,
+        script: &Path,
+    ) -> Result<Process, SpawnError> {
+        let io = |about: &'static str| move |err| SpawnError::Io { about, err };
+        let (req_r, req_w) = unix::pipe().map_err(io("create the request pipe"))?;
+        let (rep_r, rep_w) = unix::pipe().map_err(io("create the reply pipe"))?;
+        let (death_r, death_w) = unix::pipe().map_err(io("create the death pipe"))?;
+        let (out_r, out_w) = unix::pipe().map_err(io("create the stdout pipe"))?;
+        let (err_r, err_w) = unix::pipe().map_err(io("create the stderr pipe"))?;
+
+        let mut cmd = tokio::process::Command::new(python);
+        cmd.arg("-u")
+            .arg(script)
+            .env_clear()
+            .envs(opts.env.vars.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out_w))
+            .stderr(Stdio::from(err_w))
+            .kill_on_drop(true);
+        if let Some(cwd) = &opts.cwd {
+            cmd.current_dir(cwd);
+        }
+        let placements = [
+            (unix::raw(&req_r), 3),
+            (unix::raw(&rep_w), 4),
+            (unix::raw(&death_r), 5),
+        ];
+        // SAFETY: child_setup only calls async-signal-safe functions.
+        unsafe {
+            cmd.pre_exec(move || unix::child_setup(&placements));
+        }
+        let child = cmd.spawn().map_err(|err| SpawnError::Exec {
+            python: python.to_path_buf(),
+            err,
+        })?;
+        drop((req_r, rep_w, death_r));
+        let pid = child.id().expect("a just-spawned child has a pid");
+
+        let ctrl_tx = pipe::Sender::from_owned_fd(req_w).map_err(io("watch the request pipe"))?;
+        let ctrl_rx = pipe::Receiver::from_owned_fd(rep_r).map_err(io("watch the reply pipe"))?;
+        let stdout = pipe::Receiver::from_owned_fd(out_r).map_err(io("watch the stdout pipe"))?;
+        let stderr = pipe::Receiver::from_owned_fd(err_r).map_err(io("watch the stderr pipe"))?;
+        let mut proc = Process {
+            id,
+            pid,
+            child,
+            ctrl_tx,
+            ctrl_rx,
+            frames: FrameReader::default(),
+            stdout,
+            stderr,
+            _death: death_w,
+            staging,
+            execution_count: 0,
+            exited: None,
+        };
+        match tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await {
+            Ok(Ok(())) => Ok(proc),
+            Ok(Err(e)) => {
+                proc.kill_now().await;
+                Err(e)
+            }
+            Err(_) => {
+                proc.kill_now().await;
+                Err(SpawnError::Timeout {
+                    after: opts.spawn_timeout,
+                })
+            }
+        }
+    }
+
+    async fn await_hello(&mut self) -> Result<(), SpawnError> {
+        let mut stderr_tail = Vec::new();
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            tokio::select! {
+                r = self.ctrl_rx.readable() => {
+                    r.map_err(|err| SpawnError::Io { about: "read the runner's hello", err })?;
+                    match self.ctrl_rx.try_read(&mut buf) {
+                        Ok(0) => {}
+                        Ok(n) => self.frames.extend(&buf[..n]),
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                        Err(err) => return Err(SpawnError::Io { about: "read the runner's hello", err }),
+                    }
+                    match self.frames.next_frame() {
+                        Ok(Some(f)) if f.text("op").as_deref() == Some("hello") => {
+                            return check_version(&f);
+                        }
+                        Ok(Some(_)) | Err(_) => return Err(SpawnError::Handshake {
+                            detail: "the runner sent something other than its hello".into(),
+                        }),
+                        Ok(None) => {}
+                    }
+                }
+                r = self.stderr.readable() => {
+                    if r.is_ok() {
+                        if let Ok(n) = self.stderr.try_read(&mut buf) {
+                            stderr_tail.extend_from_slice(&buf[..n]);
+                            let keep = stderr_tail.len().saturating_sub(4096);
+                            stderr_tail.drain(..keep);
+                        }
+                    }
+                }
+                status = self.child.wait() => {
+                    // Collect what it said on the way out.
+                    while let Ok(n) = self.stderr.try_read(&mut buf) {
+                        if n == 0 { break; }
+                        stderr_tail.extend_from_slice(&buf[..n]);
+                    }
+                    let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
+                    self.exited = Some(exit);
+                    let tail = String::from_utf8_lossy(&stderr_tail);
+                    let tail = tail.trim();
+                    let tail = &tail[tail.len().saturating_sub(2000)..].trim_start_matches(|c: char| !c.is_ascii());
+                    return Err(SpawnError::DiedAtStart { exit: exit.describe(), stderr_tail: tail.to_string() });
+                }
+            }
+        }
+    }
+
+    /// The process group id (we start each runner in a new session).
+    pub(crate) fn pgid(&self) -> u32 {
+        self.pid
+    }
+
+    pub(crate) fn signal(&self, sig: Signal) {
+        if self.exited.is_none() {
+            unix::signal_pid(self.pid, sig);
+        }
+    }
+
+    /// Teardown: SIGTERM to the group, `grace`, then SIGKILL to whatever is
+    /// left of the group, wait, and remove the staging dir.
+    pub(crate) async fn terminate(mut self, grace: Duration) -> Option<Exit> {
+        if self.exited.is_none() {
+            unix::signal_group(self.pgid(), Signal::SIGTERM);
+            if let Ok(status) = tokio::time::timeout(grace, self.child.wait()).await {
+                self.exited = Some(status.map(Exit::from_status).unwrap_or(Exit::Unknown));
+            }
+        }
+        self.kill_now().await;
+        self.exited
+    }
+
+    /// SIGKILL the whole group and reap the runner.
+    pub(crate) async fn kill_now(&mut self) {
+        unix::signal_group(self.pgid(), Signal::SIGKILL);
+        if self.exited.is_none() {
+            let status = self.child.wait().await;
+            self.exited = Some(status.map(Exit::from_status).unwrap_or(Exit::Unknown));
+        }
+        // Stragglers that outlived the leader still hold the group id.
+        if unix::group_alive(self.pgid()) {
+            unix::signal_group(self.pgid(), Signal::SIGKILL);
+        }
+        let _ = std::fs::remove_dir_all(&self.staging);
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        // Backstop for paths that never reached terminate(): never leave the
+        // group running. kill_on_drop reaps the leader.
+        if self.exited.is_none() {
+            unix::signal_group(self.pgid(), Signal::SIGKILL);
+        }
+        let _ = std::fs::remove_dir_all(&self.staging);
+    }
+}
+
+fn check_version(hello: &Frame) -> Result<(), SpawnError> {
+    let version = hello.text("version").unwrap_or_default();
+    let mut parts = version.split('.').filter_map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    if (major, minor) < (3, 8) {
+        return Err(SpawnError::TooOld { version });
+    }
+    Ok(())
+}

@@ -1,0 +1,90 @@
+//! Unix plumbing: pipes, fd placement in the child, process-group signals.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+
+/// A pipe whose both ends are close-on-exec in this process, so a kernel
+/// spawned later never inherits another kernel's ends.
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
+}
+
+/// Called in the forked child before exec (async-signal-safe calls only):
+/// start a new session (own process group, no controlling terminal), then
+/// place each `(src, dst)` fd at `dst` without CLOEXEC. Sources are first
+/// moved above any target so that `dup2` never clobbers a source.
+pub(crate) fn child_setup(fds: &[(RawFd, RawFd)]) -> io::Result<()> {
+    // SAFETY: setsid/fcntl/dup2 are async-signal-safe and only touch fds we own.
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut moved = [0 as RawFd; 8];
+        assert!(fds.len() <= moved.len());
+        for (i, (src, _)) in fds.iter().enumerate() {
+            let fd = libc::fcntl(*src, libc::F_DUPFD_CLOEXEC, 64);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            moved[i] = fd;
+        }
+        for (i, (_, dst)) in fds.iter().enumerate() {
+            if libc::dup2(moved[i], *dst) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Send `sig` to every process in group `pgid`. A group that is already
+/// gone is not an error.
+pub(crate) fn signal_group(pgid: u32, sig: Signal) {
+    let _ = killpg(Pid::from_raw(pgid as i32), sig);
+}
+
+/// Send `sig` to one process.
+pub(crate) fn signal_pid(pid: u32, sig: Signal) {
+    let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), sig);
+}
+
+/// `true` while any process of group `pgid` exists.
+pub(crate) fn group_alive(pgid: u32) -> bool {
+    killpg(Pid::from_raw(pgid as i32), None).is_ok()
+}
+
+/// `true` when `pid` names a live process (not a zombie).
+pub fn pid_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state letter follows the last ')' (comm may hold spaces).
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next());
+            !matches!(state, Some('Z') | Some('X') | None)
+        }
+        Err(_) => false,
+    }
+}
+
+/// Resident set size of `pid` in bytes, from /proc.
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// A readable name for a signal number, e.g. `SIGKILL`.
+pub(crate) fn signal_name(sig: i32) -> String {
+    Signal::try_from(sig)
+        .map(|s| s.as_str().to_owned())
+        .unwrap_or_else(|_| format!("signal {sig}"))
+}
+
+pub(crate) fn raw(fd: &OwnedFd) -> RawFd {
+    fd.as_raw_fd()
+}

@@ -1,0 +1,28 @@
+//! cellhost: session-persistent Python kernels for AI agents.
+//!
+//! A [`Kernel`] is a handle to one live Python interpreter whose state
+//! (variables, imports, open files) persists from cell to cell. Every
+//! [`Kernel::execute`] returns a bounded, cleaned [`CellResult`] that says
+//! honestly whether the kernel's state was kept, reset or lost.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), cellhost::KernelError> {
+//! use cellhost::{Cell, Kernel, KernelOptions};
+//! let kernel = Kernel::spawn(KernelOptions::default()).await?;
+//! kernel.execute(Cell::new("x = 41")).await?;
+//! let r = kernel.execute(Cell::new("x + 1")).await?;
+//! assert_eq!(r.value.as_deref(), Some("42"));
+//! kernel.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+pub mod env;
+pub mod interpreter;
+pub mod kernel;
+pub mod output;
+pub mod percent;
+
+pub use cellhost_protocol::{CellResult, DisplayItem, KernelInfo, Status, Truncated};
+pub use interpreter::{Interpreter, InterpreterError};
+pub use kernel::{Cell, Kernel, KernelError, KernelOptions, SpawnError};
+pub use output::OutputLimits;

@@ -1,0 +1,932 @@
+//! Bounded capture of one output stream of one cell.
+//!
+//! A [`Capture`] keeps every byte until the stream passes
+//! [`OutputLimits::cap_bytes`]. At that point it *cuts*: it keeps the first
+//! `head_percent` of the cap as the head, a fixed-size ring of the most
+//! recent bytes as the tail, and from then on writes every byte to a raw
+//! spill file (until [`OutputLimits::spill_cap_bytes`]) so the full text can
+//! still be handed back. Memory stays at about `cap_bytes` plus one pushed
+//! chunk however much the cell prints.
+//!
+//! Nothing is decoded or cleaned while the cell runs; [`Capture::finish`]
+//! cleans head and tail separately (so the cut marker between them is never
+//! mangled), reads the full text back from the spill file, and deletes it.
+//! Spill-file I/O errors never fail a cell: the result just says the full
+//! text could not be kept.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+
+use super::clean::{Cleaner, Edges};
+use super::{group_digits, OutputLimits};
+
+/// Bytes of one stream (stdout or stderr) of one cell. Memory stays bounded
+/// (about cap_bytes + one chunk) whatever is pushed.
+#[derive(Debug)]
+pub struct Capture {
+    cap_bytes: usize,
+    head_bytes: usize,
+    spill_cap_bytes: u64,
+    /// Until the cut, every byte pushed; after it, the head.
+    kept: Vec<u8>,
+    /// The most recent bytes; allocated at the cut.
+    tail: Ring,
+    cut: bool,
+    total_bytes: u64,
+    spill: Spill,
+}
+
+/// The result of [`Capture::finish`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Captured {
+    /// Cleaned text kept for the cell result: everything, or when cut, the
+    /// head, a marker saying how many bytes were cut, and the tail.
+    pub text: String,
+    /// The stream passed `cap_bytes` and `text` is head + marker + tail.
+    pub truncated: bool,
+    /// When cut: the cleaned full text (at most `spill_cap_bytes` of raw
+    /// output, then a line saying the rest was not kept). `None` when not
+    /// cut, or when the spill file failed (`text`'s marker says why).
+    pub full: Option<String>,
+    /// Raw bytes the stream carried, cut or not.
+    pub total_bytes: u64,
+}
+
+/// The raw spill file, created at the cut.
+#[derive(Debug)]
+struct Spill {
+    path: PathBuf,
+    /// Open while bytes still go to it.
+    writer: Option<BufWriter<File>>,
+    /// Bytes handed to `writer` so far.
+    written: u64,
+    /// We created the file at `path` and have not deleted it yet.
+    created: bool,
+    /// Why the full text cannot be kept, once something failed.
+    failed: Option<String>,
+}
+
+impl Capture {
+    /// `raw_spill_path`: where to write the raw bytes once the stream exceeds cap_bytes
+    /// (file created lazily, only when the cap is exceeded, with mode 0600).
+    pub fn new(limits: &OutputLimits, raw_spill_path: PathBuf) -> Self {
+        Capture {
+            cap_bytes: limits.cap_bytes,
+            head_bytes: limits.head_bytes(),
+            spill_cap_bytes: limits.spill_cap_bytes,
+            kept: Vec::new(),
+            tail: Ring::new(limits.tail_bytes()),
+            cut: false,
+            total_bytes: 0,
+            spill: Spill {
+                path: raw_spill_path,
+                writer: None,
+                written: 0,
+                created: false,
+                failed: None,
+            },
+        }
+    }
+
+    /// Appends bytes the stream carried.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        let fits = self.kept.len() as u64 + bytes.len() as u64 <= self.cap_bytes as u64;
+        if self.cut {
+            self.spill.write(bytes, self.spill_cap_bytes);
+            self.tail.push(bytes);
+        } else if fits {
+            self.grow_kept(bytes.len());
+            self.kept.extend_from_slice(bytes);
+        } else {
+            self.cut_at(bytes);
+        }
+        self.total_bytes += bytes.len() as u64;
+    }
+
+    /// Raw bytes pushed so far.
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    /// Nothing was pushed (or only empty chunks).
+    pub fn is_empty(&self) -> bool {
+        self.total_bytes == 0
+    }
+
+    /// Last `n` bytes pushed (for "stderr tail" error messages), cleaned. Cheap.
+    ///
+    /// Once the stream was cut, at most the kept tail is available (the
+    /// tail share of `cap_bytes`). The start moves forward past a split
+    /// UTF-8 character.
+    pub fn tail_text(&self, n: usize, cleaner: &Cleaner) -> String {
+        let (bytes, cut_before) = if self.cut {
+            let tail = self.tail.last(n);
+            let whole_stream = tail.len() as u64 == self.total_bytes;
+            (tail, !whole_stream)
+        } else {
+            let start = self.kept.len().saturating_sub(n);
+            (self.kept[start..].to_vec(), start > 0)
+        };
+        let start = if cut_before {
+            utf8_tail_start(&bytes)
+        } else {
+            0
+        };
+        cleaner.clean_part(
+            &bytes[start..],
+            Edges {
+                cut_before,
+                cut_after: false,
+            },
+        )
+    }
+
+    /// Finish: returns the cleaned kept text (head + marker + tail when cut) and,
+    /// when cut, the cleaned full text read back from the raw spill file (at most
+    /// spill_cap_bytes of raw input; if the stream was longer than that, the full
+    /// text ends with a line saying the spill itself was capped). The raw spill
+    /// file is deleted. I/O errors on the spill file never panic: they degrade to
+    /// `full: None` plus a sentence in `text`'s marker.
+    pub fn finish(mut self, cleaner: &Cleaner) -> Captured {
+        let total_bytes = self.total_bytes;
+        if !self.cut {
+            return Captured {
+                text: cleaner.clean(&self.kept),
+                truncated: false,
+                full: None,
+                total_bytes,
+            };
+        }
+
+        let full = self.read_back_spill(cleaner);
+        self.spill.delete();
+
+        let kept = std::mem::take(&mut self.kept);
+        let head = &kept[..utf8_head_end(&kept)];
+        let tail = self.tail.to_vec();
+        let tail = &tail[utf8_tail_start(&tail)..];
+        let cut = total_bytes - head.len() as u64 - tail.len() as u64;
+        let marker = match &full {
+            Ok(_) => format!(
+                "\n[... {} bytes cut: output too long; the full text is in truncated.spill_path ...]\n",
+                group_digits(cut)
+            ),
+            Err(reason) => format!(
+                "\n[... {} bytes cut: output too long; the full text could not be kept: {reason} ...]\n",
+                group_digits(cut)
+            ),
+        };
+
+        let mut text = cleaner.clean_part(
+            head,
+            Edges {
+                cut_before: false,
+                cut_after: true,
+            },
+        );
+        text.push_str(&marker);
+        text.push_str(&cleaner.clean_part(
+            tail,
+            Edges {
+                cut_before: true,
+                cut_after: false,
+            },
+        ));
+        Captured {
+            text,
+            truncated: true,
+            full: full.ok(),
+            total_bytes,
+        }
+    }
+
+    /// Grows `kept` for `additional` more bytes without its capacity ever
+    /// passing `cap_bytes` (plain `Vec` doubling could reach twice that).
+    fn grow_kept(&mut self, additional: usize) {
+        let needed = self.kept.len() + additional;
+        if needed <= self.kept.capacity() {
+            return;
+        }
+        let target = (self.kept.capacity() * 2)
+            .max(4096)
+            .min(self.cap_bytes)
+            .max(needed);
+        self.kept.reserve_exact(target - self.kept.len());
+    }
+
+    /// The first push past the cap: everything so far plus `bytes` goes to
+    /// the spill file, then `kept` shrinks to the head and the ring takes
+    /// the tail.
+    fn cut_at(&mut self, bytes: &[u8]) {
+        self.cut = true;
+        if self.spill_cap_bytes == 0 {
+            self.spill.failed = Some("spilling is turned off (spill_cap_bytes is 0)".to_string());
+        } else {
+            self.spill.open();
+            self.spill.write(&self.kept, self.spill_cap_bytes);
+            self.spill.write(bytes, self.spill_cap_bytes);
+        }
+
+        self.tail.allocate();
+        self.tail.push(&self.kept);
+        self.tail.push(bytes);
+
+        if self.kept.len() >= self.head_bytes {
+            self.kept.truncate(self.head_bytes);
+        } else {
+            // `kept` + `bytes` is longer than the cap, so `bytes` holds the
+            // rest of the head.
+            let missing = self.head_bytes - self.kept.len();
+            self.kept.reserve_exact(missing);
+            self.kept.extend_from_slice(&bytes[..missing]);
+        }
+        self.kept.shrink_to_fit();
+    }
+
+    /// The cleaned full text from the spill file, or why there is none.
+    fn read_back_spill(&mut self, cleaner: &Cleaner) -> Result<String, String> {
+        if let Some(reason) = &self.spill.failed {
+            return Err(reason.clone());
+        }
+        let writer = self
+            .spill
+            .writer
+            .take()
+            .ok_or_else(|| "the spill file was not open".to_string())?;
+        writer
+            .into_inner()
+            .map_err(|err| format!("failed to write the spill file: {}", err.error()))?;
+        let mut raw = Vec::new();
+        OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&self.spill.path)
+            .and_then(|file| file.take(self.spill_cap_bytes).read_to_end(&mut raw))
+            .map_err(|err| format!("failed to read the spill file back: {err}"))?;
+
+        let capped = (raw.len() as u64) < self.total_bytes;
+        let end = if capped {
+            utf8_head_end(&raw)
+        } else {
+            raw.len()
+        };
+        let mut full = cleaner.clean_part(
+            &raw[..end],
+            Edges {
+                cut_before: false,
+                cut_after: capped,
+            },
+        );
+        if capped {
+            full.push_str(&format!(
+                "\n[... output too long: this full text stops after {} bytes; the remaining {} bytes were not kept ...]\n",
+                group_digits(end as u64),
+                group_digits(self.total_bytes - end as u64)
+            ));
+        }
+        Ok(full)
+    }
+
+    /// Bytes held in memory by this capture's buffers.
+    #[cfg(test)]
+    fn buffered_bytes(&self) -> usize {
+        self.kept.capacity()
+            + self.tail.buf.capacity()
+            + self.spill.writer.as_ref().map_or(0, BufWriter::capacity)
+    }
+}
+
+impl Drop for Capture {
+    /// A capture dropped without [`Capture::finish`] (the cell was
+    /// abandoned) still removes its raw spill file.
+    fn drop(&mut self) {
+        self.spill.delete();
+    }
+}
+
+impl Spill {
+    fn open(&mut self) {
+        let create = || {
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&self.path)
+        };
+        // `create_new` never follows a symlink and never reuses a file with
+        // other permissions; a stale file from an earlier run is replaced.
+        let file = match create() {
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                fs::remove_file(&self.path).and_then(|()| create())
+            }
+            other => other,
+        };
+        match file {
+            Ok(file) => {
+                self.created = true;
+                self.writer = Some(BufWriter::new(file));
+            }
+            Err(err) => self.failed = Some(format!("failed to create the spill file: {err}")),
+        }
+    }
+
+    /// Writes what still fits under `cap`; on error stops writing for good.
+    fn write(&mut self, bytes: &[u8], cap: u64) {
+        let Some(writer) = &mut self.writer else {
+            return;
+        };
+        let room = cap.saturating_sub(self.written);
+        let n = (bytes.len() as u64).min(room) as usize;
+        if n == 0 {
+            return;
+        }
+        match writer.write_all(&bytes[..n]) {
+            Ok(()) => self.written += n as u64,
+            Err(err) => {
+                self.failed = Some(format!("failed to write the spill file: {err}"));
+                self.writer = None;
+            }
+        }
+    }
+
+    fn delete(&mut self) {
+        self.writer = None;
+        if self.created {
+            self.created = false;
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// A fixed-size ring holding the last `cap` bytes pushed.
+#[derive(Debug)]
+struct Ring {
+    cap: usize,
+    /// Grows to `cap`, then is overwritten in place from `start`.
+    buf: Vec<u8>,
+    /// Index of the oldest byte once `buf` is full (0 until then).
+    start: usize,
+}
+
+impl Ring {
+    fn new(cap: usize) -> Self {
+        Ring {
+            cap,
+            buf: Vec::new(),
+            start: 0,
+        }
+    }
+
+    fn allocate(&mut self) {
+        self.buf.reserve_exact(self.cap);
+    }
+
+    fn push(&mut self, mut data: &[u8]) {
+        if self.cap == 0 {
+            return;
+        }
+        if data.len() >= self.cap {
+            self.buf.clear();
+            self.buf.extend_from_slice(&data[data.len() - self.cap..]);
+            self.start = 0;
+            return;
+        }
+        if self.buf.len() < self.cap {
+            let n = (self.cap - self.buf.len()).min(data.len());
+            self.buf.extend_from_slice(&data[..n]);
+            data = &data[n..];
+        }
+        while !data.is_empty() {
+            let n = (self.cap - self.start).min(data.len());
+            self.buf[self.start..self.start + n].copy_from_slice(&data[..n]);
+            self.start = (self.start + n) % self.cap;
+            data = &data[n..];
+        }
+    }
+
+    /// Oldest to newest.
+    fn to_vec(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.buf.len());
+        out.extend_from_slice(&self.buf[self.start..]);
+        out.extend_from_slice(&self.buf[..self.start]);
+        out
+    }
+
+    /// The newest `n` bytes (all of them if fewer are held).
+    fn last(&self, n: usize) -> Vec<u8> {
+        let n = n.min(self.buf.len());
+        let (older, newer) = (&self.buf[self.start..], &self.buf[..self.start]);
+        let mut out = Vec::with_capacity(n);
+        if n > newer.len() {
+            out.extend_from_slice(&older[older.len() - (n - newer.len())..]);
+            out.extend_from_slice(newer);
+        } else {
+            out.extend_from_slice(&newer[newer.len() - n..]);
+        }
+        out
+    }
+}
+
+/// Where a head that ends at `bytes.len()` should end so it does not split
+/// a UTF-8 character: moved back by at most 3 bytes.
+fn utf8_head_end(bytes: &[u8]) -> usize {
+    let len = bytes.len();
+    for back in 1..=len.min(3) {
+        let b = bytes[len - back];
+        if b & 0xc0 == 0x80 {
+            continue;
+        }
+        let width = match b {
+            0x00..=0x7f => 1,
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            _ => 4,
+        };
+        return if back < width { len - back } else { len };
+    }
+    len
+}
+
+/// Where a tail should start so it does not begin inside a UTF-8
+/// character: moved forward past at most 3 continuation bytes.
+fn utf8_tail_start(bytes: &[u8]) -> usize {
+    bytes
+        .iter()
+        .take(3)
+        .take_while(|&&b| b & 0xc0 == 0x80)
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn limits(cap_bytes: usize, head_percent: u8, spill_cap_bytes: u64) -> OutputLimits {
+        OutputLimits {
+            cap_bytes,
+            head_percent,
+            spill_cap_bytes,
+        }
+    }
+
+    fn marker(cut: u64) -> String {
+        format!(
+            "\n[... {} bytes cut: output too long; the full text is in truncated.spill_path ...]\n",
+            group_digits(cut)
+        )
+    }
+
+    /// Bytes 0..len of a recognisable ASCII pattern.
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len).map(|i| b"abcdefghijklmnopqrstuvwxyz0123456789\n"[i % 37]).collect()
+    }
+
+    struct Fixture {
+        dir: tempfile::TempDir,
+    }
+
+    impl Fixture {
+        fn new() -> Self {
+            Fixture {
+                dir: tempfile::tempdir().expect("temp dir"),
+            }
+        }
+
+        fn spill_path(&self) -> PathBuf {
+            self.dir.path().join("stdout.raw")
+        }
+
+        fn capture(&self, limits: &OutputLimits) -> Capture {
+            Capture::new(limits, self.spill_path())
+        }
+    }
+
+    #[test]
+    fn output_within_the_cap_is_kept_whole() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(100, 40, 1000));
+        capture.push(b"hello ");
+        capture.push(b"");
+        capture.push(b"world\n");
+        assert_eq!(capture.total_bytes(), 12);
+        let captured = capture.finish(&Cleaner::default());
+        assert_eq!(
+            captured,
+            Captured {
+                text: "hello world\n".to_string(),
+                truncated: false,
+                full: None,
+                total_bytes: 12,
+            }
+        );
+    }
+
+    #[test]
+    fn output_of_exactly_the_cap_is_not_cut() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(100, 40, 1000));
+        capture.push(&pattern(100));
+        let captured = capture.finish(&Cleaner::default());
+        assert!(!captured.truncated);
+        assert_eq!(captured.text.as_bytes(), &pattern(100)[..]);
+    }
+
+    #[test]
+    fn a_new_capture_is_empty() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&OutputLimits::default());
+        assert!(capture.is_empty());
+        capture.push(b"");
+        assert!(capture.is_empty());
+        capture.push(b"x");
+        assert!(!capture.is_empty());
+    }
+
+    #[test]
+    fn a_cut_keeps_head_and_tail_around_a_marker_with_the_cut_count() {
+        let fx = Fixture::new();
+        let all = pattern(1000);
+        let mut capture = fx.capture(&limits(100, 40, 10_000));
+        for chunk in all.chunks(7) {
+            capture.push(chunk);
+        }
+        let captured = capture.finish(&Cleaner::default());
+        let expected = format!(
+            "{}{}{}",
+            String::from_utf8_lossy(&all[..40]),
+            marker(900),
+            String::from_utf8_lossy(&all[940..])
+        );
+        assert!(captured.truncated);
+        assert_eq!(captured.total_bytes, 1000);
+        assert_eq!(captured.text, expected);
+    }
+
+    #[test]
+    fn one_huge_chunk_is_cut_like_many_small_ones() {
+        let fx = Fixture::new();
+        let all = pattern(1000);
+        let mut capture = fx.capture(&limits(100, 40, 10_000));
+        capture.push(&all);
+        let text = capture.finish(&Cleaner::default()).text;
+        assert!(text.starts_with(&String::from_utf8_lossy(&all[..40]).into_owned()));
+        assert!(text.ends_with(&String::from_utf8_lossy(&all[940..]).into_owned()));
+        assert!(text.contains(&marker(900)));
+    }
+
+    #[test]
+    fn the_marker_count_is_grouped_by_thousands() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(10, 50, 100));
+        capture.push(&pattern(1_234_577));
+        let text = capture.finish(&Cleaner::default()).text;
+        assert!(text.contains("[... 1,234,567 bytes cut: output too long;"), "{text}");
+    }
+
+    #[test]
+    fn no_spill_file_exists_while_output_fits() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(100, 40, 1000));
+        capture.push(&pattern(100));
+        assert!(!fx.spill_path().exists());
+        let _ = capture.finish(&Cleaner::default());
+        assert!(!fx.spill_path().exists());
+    }
+
+    #[test]
+    fn the_spill_file_is_private_while_it_exists_and_gone_after_finish() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(100, 40, 1000));
+        capture.push(&pattern(101));
+        let mode = fs::metadata(fx.spill_path()).expect("spill file exists").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let _ = capture.finish(&Cleaner::default());
+        assert!(!fx.spill_path().exists());
+    }
+
+    #[test]
+    fn dropping_a_capture_removes_its_spill_file() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(100, 40, 1000));
+        capture.push(&pattern(500));
+        assert!(fx.spill_path().exists());
+        drop(capture);
+        assert!(!fx.spill_path().exists());
+    }
+
+    #[test]
+    fn a_stale_file_at_the_spill_path_is_replaced() {
+        let fx = Fixture::new();
+        fs::write(fx.spill_path(), b"stale bytes from an earlier run").expect("write");
+        let mut capture = fx.capture(&limits(10, 40, 1000));
+        capture.push(b"0123456789abcdef");
+        let captured = capture.finish(&Cleaner::default());
+        assert_eq!(captured.full.as_deref(), Some("0123456789abcdef"));
+    }
+
+    #[test]
+    fn the_full_text_is_the_whole_stream_cleaned() {
+        let fx = Fixture::new();
+        let mut raw = Vec::new();
+        for i in 0..200 {
+            raw.extend_from_slice(format!("\x1b[32mline {i}\x1b[0m AKIAIOSFODNN7EXAMPLE\n").as_bytes());
+        }
+        let mut capture = fx.capture(&limits(500, 40, 1 << 20));
+        for chunk in raw.chunks(33) {
+            capture.push(chunk);
+        }
+        let cleaner = Cleaner::default();
+        let captured = capture.finish(&cleaner);
+        let full = captured.full.expect("full text");
+        assert_eq!(full, cleaner.clean(&raw));
+        assert!(full.contains("line 199 [REDACTED:aws_access_key]\n"));
+        assert!(!full.contains('\x1b'));
+    }
+
+    #[test]
+    fn the_full_text_stops_at_the_spill_cap_and_says_so() {
+        let fx = Fixture::new();
+        let all = pattern(5000);
+        let mut capture = fx.capture(&limits(100, 40, 1000));
+        for chunk in all.chunks(64) {
+            capture.push(chunk);
+        }
+        let captured = capture.finish(&Cleaner::default());
+        assert_eq!(captured.total_bytes, 5000);
+        let expected = format!(
+            "{}\n[... output too long: this full text stops after 1,000 bytes; the remaining 4,000 bytes were not kept ...]\n",
+            String::from_utf8_lossy(&all[..1000])
+        );
+        assert_eq!(captured.full.as_deref(), Some(expected.as_str()));
+    }
+
+    #[test]
+    fn the_spill_cap_does_not_split_a_character() {
+        let fx = Fixture::new();
+        let all = "é".repeat(100); // 200 bytes
+        let mut capture = fx.capture(&limits(10, 40, 51));
+        capture.push(all.as_bytes());
+        let full = capture.finish(&Cleaner::default()).full.expect("full text");
+        assert!(full.starts_with(&format!("{}\n[...", "é".repeat(25))), "{full}");
+        assert!(full.contains("stops after 50 bytes; the remaining 150 bytes"));
+    }
+
+    #[test]
+    fn a_spill_file_that_cannot_be_created_degrades_to_a_sentence() {
+        let fx = Fixture::new();
+        let path = fx.dir.path().join("no such dir").join("stdout.raw");
+        let mut capture = Capture::new(&limits(10, 50, 1000), path);
+        capture.push(&pattern(100));
+        let captured = capture.finish(&Cleaner::default());
+        assert!(captured.truncated);
+        assert_eq!(captured.full, None);
+        assert!(
+            captured.text.contains(
+                "[... 90 bytes cut: output too long; the full text could not be kept: failed to create the spill file:"
+            ),
+            "{}",
+            captured.text
+        );
+    }
+
+    #[test]
+    fn a_zero_spill_cap_keeps_no_full_text() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(10, 50, 0));
+        capture.push(&pattern(100));
+        assert!(!fx.spill_path().exists());
+        let captured = capture.finish(&Cleaner::default());
+        assert_eq!(captured.full, None);
+        assert!(captured.text.contains("spilling is turned off"));
+    }
+
+    #[test]
+    fn a_zero_cap_cuts_everything() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(0, 40, 1000));
+        capture.push(b"abc");
+        let captured = capture.finish(&Cleaner::default());
+        assert_eq!(captured.text, marker(3));
+        assert_eq!(captured.full.as_deref(), Some("abc"));
+    }
+
+    #[test]
+    fn a_head_of_100_percent_keeps_no_tail() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(10, 100, 1000));
+        capture.push(&pattern(30));
+        let text = capture.finish(&Cleaner::default()).text;
+        assert_eq!(text, format!("abcdefghij{}", marker(20)));
+    }
+
+    #[test]
+    fn cut_points_move_to_character_boundaries() {
+        let fx = Fixture::new();
+        // 40% of 10 = head of 4 bytes: "a" + "€"(3 bytes) fits, the
+        // second "€" would be split.
+        let all = "a€€xyzxyzxyz€€b".as_bytes().to_vec();
+        let mut capture = fx.capture(&limits(10, 40, 1000));
+        capture.push(&all);
+        let captured = capture.finish(&Cleaner::default());
+        // Head: "a€" (4 bytes). Tail: last 6 bytes are "\xac€b" -> starts
+        // at "€b" (4 bytes).
+        let cut = all.len() as u64 - 4 - 4;
+        assert_eq!(captured.text, format!("a€{}€b", marker(cut)));
+        assert!(!captured.text.contains('\u{fffd}'));
+    }
+
+    #[test]
+    fn a_secret_split_by_the_cut_is_redacted_on_both_sides() {
+        let fx = Fixture::new();
+        let secret = "Zq8-very-secret-password-value";
+        let cleaner = Cleaner::new(vec![secret.to_string()]);
+        let mut capture = fx.capture(&limits(20, 50, 1000));
+        // Head = first 10 bytes "pw=Zq8-ver"; tail = last 10 "ord-value\n".
+        capture.push(format!("pw={secret}\n").as_bytes());
+        let captured = capture.finish(&cleaner);
+        assert!(
+            captured.text.starts_with("pw=[REDACTED:secret]\n[... "),
+            "{}",
+            captured.text
+        );
+        assert!(captured.text.ends_with("...]\n[REDACTED:secret]\n"), "{}", captured.text);
+        assert_eq!(captured.full.as_deref(), Some("pw=[REDACTED:secret]\n"));
+    }
+
+    #[test]
+    fn tail_text_returns_the_last_bytes_cleaned() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(100, 40, 1000));
+        capture.push(b"first line\n\x1b[31mError: boom\x1b[0m\n");
+        assert_eq!(capture.tail_text(1000, &Cleaner::default()), "first line\nError: boom\n");
+        assert_eq!(capture.tail_text(16, &Cleaner::default()), "Error: boom\n");
+    }
+
+    #[test]
+    fn tail_text_after_a_cut_comes_from_the_ring() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(100, 40, 1000));
+        capture.push(&pattern(500));
+        capture.push(b"\nTraceback: the end\n");
+        assert_eq!(capture.tail_text(10, &Cleaner::default()), ": the end\n");
+    }
+
+    #[test]
+    fn tail_text_does_not_start_inside_a_character() {
+        let fx = Fixture::new();
+        let mut capture = fx.capture(&limits(100, 40, 1000));
+        capture.push("x€y".as_bytes());
+        // The last 3 bytes are "\x82\xacy": the split "€" is skipped.
+        assert_eq!(capture.tail_text(3, &Cleaner::default()), "y");
+    }
+
+    #[test]
+    fn memory_stays_bounded_whatever_is_pushed() {
+        let fx = Fixture::new();
+        let limits = OutputLimits::default();
+        let chunk = pattern(64 * 1024);
+        let mut capture = fx.capture(&limits);
+        let mut peak = 0;
+        for _ in 0..1600 {
+            capture.push(&chunk);
+            peak = peak.max(capture.buffered_bytes());
+        }
+        assert_eq!(capture.total_bytes(), 1600 * 64 * 1024);
+        assert!(
+            peak <= limits.cap_bytes + chunk.len(),
+            "peak {peak} > cap + chunk"
+        );
+        let spilled = fs::metadata(fx.spill_path()).expect("spill file").len();
+        assert_eq!(spilled, limits.spill_cap_bytes);
+        let captured = capture.finish(&Cleaner::default());
+        assert!(captured.text.contains("[... 104,807,600 bytes cut"), "{}", &captured.text[19_990..20_100]);
+        assert!(captured.text.len() <= limits.cap_bytes + 200);
+    }
+
+    #[test]
+    fn small_pushes_never_grow_the_buffer_past_the_cap() {
+        let fx = Fixture::new();
+        let limits = limits(50_000, 40, 1000);
+        let mut capture = fx.capture(&limits);
+        for _ in 0..50_000 {
+            capture.push(b"x");
+            assert!(capture.buffered_bytes() <= limits.cap_bytes);
+        }
+    }
+
+    #[test]
+    fn the_ring_keeps_the_last_bytes_in_order() {
+        let mut ring = Ring::new(5);
+        ring.allocate();
+        ring.push(b"abc");
+        assert_eq!(ring.to_vec(), b"abc");
+        ring.push(b"defg");
+        assert_eq!(ring.to_vec(), b"cdefg");
+        ring.push(b"hi");
+        assert_eq!(ring.to_vec(), b"efghi");
+        assert_eq!(ring.last(3), b"ghi");
+        assert_eq!(ring.last(9), b"efghi");
+        ring.push(b"0123456789");
+        assert_eq!(ring.to_vec(), b"56789");
+    }
+
+    #[test]
+    fn utf8_cut_points_move_at_most_three_bytes() {
+        assert_eq!(utf8_head_end("ab".as_bytes()), 2);
+        assert_eq!(utf8_head_end(&"a€".as_bytes()[..3]), 1);
+        assert_eq!(utf8_head_end(&"a€".as_bytes()[..2]), 1);
+        assert_eq!(utf8_head_end("a€".as_bytes()), 4);
+        assert_eq!(utf8_head_end(&"a😀".as_bytes()[..4]), 1);
+        assert_eq!(utf8_head_end(b"\x80\x80\x80\x80"), 4);
+        assert_eq!(utf8_tail_start(&"€x".as_bytes()[1..]), 2);
+        assert_eq!(utf8_tail_start(b"\x80\x80\x80\x80x"), 3);
+        assert_eq!(utf8_tail_start(b"x\x80"), 0);
+    }
+
+    /// Bytes that exercise escapes, multi-byte characters and invalid
+    /// UTF-8, but cannot spell a token format (no upper case, no `-`/`_`),
+    /// so the cut-edge redaction never fires.
+    fn stream_byte() -> impl Strategy<Value = u8> {
+        prop_oneof![
+            4 => b'a'..=b'z',
+            1 => Just(b'\n'),
+            1 => Just(b' '),
+            1 => Just(0x1b),
+            1 => Just(b'['),
+            1 => Just(b';'),
+            1 => b'0'..=b'9',
+            1 => Just(0xc3),
+            1 => Just(0xa9),
+            1 => Just(0xe2),
+            1 => Just(0x82),
+            1 => Just(0xff),
+        ]
+    }
+
+    fn chunks() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        proptest::collection::vec(proptest::collection::vec(stream_byte(), 0..80), 0..20)
+    }
+
+    proptest! {
+        #[test]
+        fn output_within_the_cap_is_cleaned_whole(
+            chunks in chunks(),
+            head_percent in 0u8..=100,
+        ) {
+            let fx = Fixture::new();
+            let all: Vec<u8> = chunks.concat();
+            let cap = all.len() + 5;
+            let mut capture = fx.capture(&limits(cap, head_percent, 10_000));
+            for chunk in &chunks {
+                capture.push(chunk);
+            }
+            let cleaner = Cleaner::default();
+            let captured = capture.finish(&cleaner);
+            prop_assert!(!captured.truncated);
+            prop_assert_eq!(captured.text, cleaner.clean(&all));
+            prop_assert_eq!(captured.total_bytes, all.len() as u64);
+        }
+
+        #[test]
+        fn a_cut_stream_is_head_marker_tail_with_an_exact_count(
+            chunks in chunks(),
+            cap in 0usize..200,
+            head_percent in 0u8..=100,
+        ) {
+            let fx = Fixture::new();
+            let all: Vec<u8> = chunks.concat();
+            prop_assume!(all.len() > cap);
+            let limits = limits(cap, head_percent, 10_000);
+            let mut capture = fx.capture(&limits);
+            for chunk in &chunks {
+                capture.push(chunk);
+            }
+            let cleaner = Cleaner::default();
+            let captured = capture.finish(&cleaner);
+
+            let head = &all[..limits.head_bytes()];
+            let head = &head[..utf8_head_end(head)];
+            let tail = &all[all.len() - limits.tail_bytes()..];
+            let tail = &tail[utf8_tail_start(tail)..];
+            let kept = (head.len() + tail.len()) as u64;
+            let cut = all.len() as u64 - kept;
+            prop_assert!(kept <= cap as u64 && kept + 6 >= cap as u64);
+
+            prop_assert!(captured.truncated);
+            prop_assert!(captured.text.starts_with(&cleaner.clean(head)));
+            prop_assert_eq!(
+                captured.text,
+                format!("{}{}{}", cleaner.clean(head), marker(cut), cleaner.clean(tail))
+            );
+            prop_assert_eq!(captured.full, Some(cleaner.clean(&all)));
+            prop_assert!(!fx.spill_path().exists());
+        }
+    }
+}

@@ -1,0 +1,358 @@
+# cellhost kernel runner. Stdlib only, Python >= 3.8.
+#
+# The host starts this script with:
+#   fd 0  /dev/null            (input() fails fast)
+#   fd 1  stdout pipe          (every byte belongs to the running cell)
+#   fd 2  stderr pipe
+#   fd 3  control requests     (host -> runner, framed)
+#   fd 4  control replies      (runner -> host, framed)
+#   fd 5  death pipe           (EOF = the host is gone: kill our process group)
+#
+# Frame: 4-byte little-endian body length, then fields, each written as
+# b"<name> <len>\n" followed by <len> raw bytes. No escaping, binary safe.
+#
+# Startup imports are kept to builtin modules: json, re, traceback and
+# friends cost milliseconds each and are imported lazily, only on the paths
+# that need them (errors).
+
+import sys
+import os
+import _ast
+import _signal
+import _thread
+import builtins
+import io
+
+CTRL_IN = 3
+CTRL_OUT = 4
+DEATH = 5
+MAX_VALUE = 1 << 20  # bytes of a value repr sent to the host
+
+_runner_file = __file__
+_cell_running = False
+_sources = {}  # filename -> source, pushed into linecache lazily
+
+
+def _encode(fields):
+    parts = []
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if isinstance(value, str):
+            value = value.encode("utf-8", "surrogateescape")
+        elif not isinstance(value, bytes):
+            value = str(value).encode()
+        parts.append(b"%s %d\n" % (name.encode(), len(value)))
+        parts.append(value)
+    body = b"".join(parts)
+    return len(body).to_bytes(4, "little") + body
+
+
+def _decode(body):
+    out = {}
+    i = 0
+    n = len(body)
+    while i < n:
+        j = body.index(b"\n", i)
+        name, size = body[i:j].split(b" ")
+        start = j + 1
+        end = start + int(size)
+        out[name.decode()] = body[start:end]
+        i = end
+    return out
+
+
+def _read_exact(n):
+    chunks = []
+    while n:
+        try:
+            chunk = os.read(CTRL_IN, min(n, 1 << 20))
+        except InterruptedError:
+            continue
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame():
+    head = _read_exact(4)
+    if head is None:
+        return None
+    body = _read_exact(int.from_bytes(head, "little"))
+    if body is None:
+        return None
+    return _decode(body)
+
+
+def _write_frame(fields):
+    data = memoryview(_encode(fields))
+    while data:
+        try:
+            n = os.write(CTRL_OUT, data)
+        except InterruptedError:
+            continue
+        data = data[n:]
+
+
+def _watch_death():
+    # Blocks in read() with the GIL released, so this fires even while a
+    # cell spins. EOF means the host died by any means: take the whole
+    # process group (the cell's children too) down with us.
+    while True:
+        try:
+            if not os.read(DEATH, 64):
+                break
+        except InterruptedError:
+            continue
+        except OSError:
+            return  # a cell closed the fd: we cannot watch any more
+    try:
+        os.killpg(0, 9)
+    finally:
+        os._exit(1)
+
+
+def _on_sigint(signum, frame):
+    # Only user code is interruptible: a SIGINT that lands while the runner
+    # itself is between cells or writing a reply is ignored.
+    if _cell_running:
+        raise KeyboardInterrupt
+
+
+class _Streams:
+    """Keeps fds 1/2 and sys.stdout/sys.stderr usable across cells."""
+
+    def __init__(self):
+        self.saved = []
+        for fd in (1, 2):
+            st = os.fstat(fd)
+            self.saved.append((fd, os.dup(fd), st.st_dev, st.st_ino))
+        self.stdout = sys.stdout
+        self.stderr = sys.stderr
+
+    def restore(self):
+        for fd, copy, dev, ino in self.saved:
+            try:
+                st = os.fstat(fd)
+                same = st.st_dev == dev and st.st_ino == ino
+            except OSError:
+                same = False
+            if not same:
+                try:
+                    os.dup2(copy, fd)
+                except OSError:
+                    pass
+        for name in ("stdout", "stderr"):
+            cur = getattr(sys, name)
+            orig = getattr(self, name)
+            if cur is not orig:
+                try:
+                    cur.flush()
+                except Exception:
+                    pass
+            if orig.closed:
+                fd = 1 if name == "stdout" else 2
+                orig = io.TextIOWrapper(
+                    io.FileIO(fd, "w", closefd=False),
+                    encoding="utf-8",
+                    errors="backslashreplace",
+                    write_through=True,
+                )
+                setattr(self, name, orig)
+            if cur is not orig:
+                setattr(sys, name, orig)
+                setattr(sys, "__%s__" % name, orig)
+            else:
+                try:
+                    orig.flush()
+                except Exception:
+                    pass
+
+
+def _flush_c_stdio():
+    # C code (printf via ctypes or an extension) writes into libc's stdio
+    # buffer, which is block-buffered on a pipe. Flush it at the end of each
+    # cell, but only once ctypes is loaded anyway: importing it costs ~4 ms.
+    ctypes = sys.modules.get("ctypes")
+    if ctypes is None:
+        return
+    try:
+        libc = _flush_c_stdio.libc
+    except AttributeError:
+        try:
+            libc = ctypes.CDLL(None)
+        except Exception:
+            libc = None
+        _flush_c_stdio.libc = libc
+    if libc is not None:
+        try:
+            libc.fflush(None)
+        except Exception:
+            pass
+
+
+def _sync_linecache():
+    lc = sys.modules.get("linecache")
+    if lc is None or not _sources:
+        return
+    for name, src in _sources.items():
+        lc.cache[name] = (len(src), None, src.splitlines(True), name)
+    _sources.clear()
+
+
+def _cap(text, limit):
+    data = text.encode("utf-8", "surrogateescape")
+    if len(data) <= limit:
+        return text
+    head = limit * 2 // 5
+    tail = limit - head
+    cut = len(data) - head - tail
+    return (
+        data[:head].decode("utf-8", "replace")
+        + "\n[... %d bytes of the value cut ...]\n" % cut
+        + data[-tail:].decode("utf-8", "replace")
+    )
+
+
+def _describe_error(etype, evalue, tb):
+    import traceback
+
+    _sync_linecache()
+    # User frames only: drop the runner's own frames from the top.
+    while tb is not None and tb.tb_frame.f_code.co_filename == _runner_file:
+        tb = tb.tb_next
+    try:
+        lines = traceback.format_exception(etype, evalue, tb)
+        last = traceback.format_exception_only(etype, evalue)[-1].strip()
+    except Exception:
+        lines = ["%s: <unprintable exception>\n" % etype.__name__]
+        last = lines[0].strip()
+    return last, _cap("".join(lines), MAX_VALUE)
+
+
+class Runner:
+    def __init__(self):
+        main = type(sys)("__main__")
+        main.__builtins__ = builtins
+        sys.modules["__main__"] = main
+        self.ns = main.__dict__
+        self.count = 0
+        self.streams = _Streams()
+
+    def run(self, code):
+        global _cell_running
+        self.count += 1
+        filename = "<cell-%d>" % self.count
+        _sources[filename] = code
+        if _signal.getsignal(_signal.SIGINT) is not _on_sigint:
+            _signal.signal(_signal.SIGINT, _on_sigint)
+        reply = {"status": "ok"}
+        ns = self.ns
+        try:
+            _cell_running = True
+            try:
+                tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
+                body = tree.body
+                last = None
+                if body and type(body[-1]) is _ast.Expr:
+                    last = _ast.Expression(body.pop().value)
+                if body:
+                    exec(compile(tree, filename, "exec"), ns)
+                if last is not None:
+                    value = eval(compile(last, filename, "eval"), ns)
+                    if value is not None:
+                        builtins._ = value
+                        reply["value"] = _cap(repr(value), MAX_VALUE)
+            finally:
+                _cell_running = False
+        except SystemExit as e:
+            code = e.code
+            reply["status"] = "exit"
+            if code is None:
+                code = 0
+            if not isinstance(code, int):
+                try:
+                    print(code, file=sys.stderr)
+                except Exception:
+                    pass
+                code = 1
+            reply["exit_code"] = code
+        except BaseException as e:
+            etype = type(e)
+            reply["status"] = "interrupted" if etype is KeyboardInterrupt else "error"
+            reply["error"], reply["traceback"] = _describe_error(etype, e, e.__traceback__)
+            e = None
+        finally:
+            _cell_running = False
+        return reply
+
+    def settle(self):
+        _flush_c_stdio()
+        self.streams.restore()
+        _sync_linecache()
+
+
+def main():
+    for fd in (CTRL_IN, CTRL_OUT, DEATH):
+        os.set_inheritable(fd, False)
+    _thread.start_new_thread(_watch_death, ())
+    _signal.signal(_signal.SIGINT, _on_sigint)
+    try:
+        import faulthandler  # builtin: a segfault prints a Python traceback
+
+        faulthandler.enable()
+    except Exception:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace")
+        except Exception:
+            pass
+    # Interactive-style import path: the cwd, not the staging dir.
+    if sys.path and os.path.dirname(os.path.abspath(_runner_file)) == os.path.abspath(sys.path[0] or "."):
+        sys.path[0] = ""
+    runner = Runner()
+    v = sys.version_info
+    _write_frame(
+        {
+            "op": "hello",
+            "pid": os.getpid(),
+            "version": "%d.%d.%d" % (v[0], v[1], v[2]),
+            "executable": sys.executable,
+        }
+    )
+    while True:
+        try:
+            req = _read_frame()
+            if req is None:
+                os._exit(0)
+            op = req.get("op")
+            if op == b"exec":
+                code = req.get("code", b"").decode("utf-8", "surrogateescape")
+                reply = runner.run(code)
+            else:
+                reply = {"status": "error", "error": "cellhost runner: unknown request %r" % (op,)}
+            try:
+                runner.settle()
+            except BaseException:
+                pass
+            reply["op"] = "done"
+            _write_frame(reply)
+            if reply["status"] == "exit":
+                break
+        except KeyboardInterrupt:
+            # A late SIGINT that slipped past the guard: the cell is over,
+            # nothing to interrupt.
+            continue
+    for fd in (CTRL_IN, CTRL_OUT):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    sys.exit(reply.get("exit_code", 0))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+//! Helpers shared by the kernel integration tests: real processes only.
+#![allow(dead_code)]
+
+use std::time::{Duration, Instant};
+
+use cellhost::{Cell, CellResult, Kernel, KernelOptions};
+
+pub use cellhost::kernel::pid_alive;
+
+pub struct TestKernel {
+    pub kernel: Kernel,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn options(dir: &tempfile::TempDir) -> KernelOptions {
+    KernelOptions::default()
+        .runtime_dir(dir.path())
+        .interrupt_grace(Duration::from_millis(1500))
+}
+
+pub async fn kernel() -> TestKernel {
+    let dir = tempfile::tempdir().unwrap();
+    kernel_with(options(&dir), dir).await
+}
+
+pub async fn kernel_with(opts: KernelOptions, dir: tempfile::TempDir) -> TestKernel {
+    let kernel = Kernel::spawn(opts).await.expect("kernel starts");
+    TestKernel { kernel, dir }
+}
+
+impl TestKernel {
+    pub async fn run(&self, code: &str) -> CellResult {
+        self.kernel.execute(Cell::new(code)).await.expect("execute")
+    }
+
+    pub async fn run_cell(&self, cell: Cell) -> CellResult {
+        self.kernel.execute(cell).await.expect("execute")
+    }
+
+    pub fn staging_dirs(&self) -> Vec<std::path::PathBuf> {
+        match std::fs::read_dir(self.dir.path().join("kernels")) {
+            Ok(rd) => rd.map(|e| e.unwrap().path()).collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+/// Wait until `pid` is gone (or the deadline passes); true when gone.
+pub fn wait_gone(pid: u32, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while Instant::now() < end {
+        if !pid_alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    !pid_alive(pid)
+}
+
+pub fn self_rss() -> u64 {
+    cellhost::kernel::rss_bytes(std::process::id()).unwrap()
+}

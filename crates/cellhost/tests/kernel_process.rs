@@ -1,0 +1,79 @@
+//! Process hygiene: groups, teardown, staging dirs, no orphans.
+mod common;
+
+use std::time::Duration;
+
+use cellhost::Status;
+use common::*;
+
+#[tokio::test]
+async fn the_staging_dir_is_private_and_removed_at_shutdown() {
+    let k = kernel().await;
+    k.run("x = 1").await;
+    let dirs = k.staging_dirs();
+    assert_eq!(dirs.len(), 1);
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&dirs[0]).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    k.kernel.shutdown().await;
+    assert!(k.staging_dirs().is_empty());
+}
+
+#[tokio::test]
+async fn shutdown_kills_the_kernel_and_its_children() {
+    let k = kernel().await;
+    let r = k
+        .run("import subprocess\np = subprocess.Popen(['sleep', '1000'])\np.pid")
+        .await;
+    let child: u32 = r.value.unwrap().parse().unwrap();
+    let pid = k.kernel.pid().unwrap();
+    assert!(pid_alive(child));
+    k.kernel.shutdown().await;
+    assert!(!pid_alive(pid), "runner reaped");
+    assert!(wait_gone(child, Duration::from_secs(2)), "child killed with the group");
+    // A shut-down kernel says so.
+    assert!(k.kernel.execute(cellhost::Cell::new("1")).await.is_err());
+}
+
+#[tokio::test]
+async fn each_kernel_runs_in_its_own_process_group() {
+    let k = kernel().await;
+    let r = k.run("import os\n(os.getpgid(0) == os.getpid(), os.getsid(0) == os.getpid())").await;
+    assert_eq!(r.value.as_deref(), Some("(True, True)"));
+}
+
+#[tokio::test]
+async fn dropping_every_handle_tears_the_kernel_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernel = cellhost::Kernel::spawn(options(&dir)).await.unwrap();
+    let pid = kernel.pid().unwrap();
+    drop(kernel);
+    assert!(wait_gone(pid, Duration::from_secs(3)));
+}
+
+#[tokio::test]
+async fn a_killed_cell_leaves_no_orphans_behind() {
+    let k = kernel().await;
+    let pidfile = k.dir.path().join("child.pid");
+    let code = format!(
+        "import subprocess, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\np = subprocess.Popen(['sleep', '1000'])\nopen({:?}, 'w').write(str(p.pid))\ntime.sleep(60)",
+        pidfile.display().to_string()
+    );
+    let r = k
+        .run_cell(cellhost::Cell::new(code).timeout(Duration::from_millis(300)))
+        .await;
+    assert_eq!(r.status, Status::Timeout);
+    assert!(r.kernel.state_lost);
+    let child: u32 = std::fs::read_to_string(&pidfile).unwrap().parse().unwrap();
+    assert!(wait_gone(child, Duration::from_secs(2)));
+}
+
+#[tokio::test]
+async fn the_interpreter_is_a_real_binary_not_a_shim() {
+    let k = kernel().await;
+    let r = k.run("import sys\nsys.executable").await;
+    let exe = r.value.unwrap();
+    let exe = exe.trim_matches('\'');
+    let head = std::fs::read(exe).unwrap();
+    assert_eq!(&head[..4], b"\x7fELF", "{exe}");
+}
