@@ -13,7 +13,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cellhost", version, about = "Session-persistent Python kernels for AI agents")]
+#[command(
+    name = "cellhost",
+    version,
+    about = "Session-persistent Python kernels for AI agents"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -33,7 +37,7 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub json: bool,
     /// Per-cell timeout in seconds (interrupt first, kill if it does not stop).
-    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_hyphen_values = true)]
     pub timeout: Option<std::time::Duration>,
     /// Keep running cells after one fails.
     #[arg(long)]
@@ -48,7 +52,9 @@ fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
         .parse()
         .map_err(|_| format!("`{s}` is not a number of seconds"))?;
     if !(secs > 0.0 && secs.is_finite() && secs < 1e9) {
-        return Err(format!("the timeout must be a positive number of seconds, not {s}"));
+        return Err(format!(
+            "the timeout must be a positive number of seconds, not {s}"
+        ));
     }
     Ok(std::time::Duration::from_secs_f64(secs))
 }

@@ -42,6 +42,15 @@ fn read_script(args: &RunArgs) -> Result<(String, String), String> {
 }
 
 pub(crate) async fn run(args: RunArgs) -> u8 {
+    // Take over SIGINT before anything slow happens, so an early Ctrl-C is
+    // handled (it is seen once the kernel exists) instead of killing us.
+    let sigint = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("cellhost: failed to handle Ctrl-C: {e}");
+            return 1;
+        }
+    };
     let (name, source) = match read_script(&args) {
         Ok(v) => v,
         Err(line) => {
@@ -70,7 +79,12 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     };
     let interrupted = Arc::new(AtomicBool::new(false));
     let presses = Arc::new(AtomicUsize::new(0));
-    let ctrl_c = tokio::spawn(forward_ctrl_c(kernel.clone(), interrupted.clone(), presses));
+    let ctrl_c = tokio::spawn(forward_ctrl_c(
+        sigint,
+        kernel.clone(),
+        interrupted.clone(),
+        presses,
+    ));
     let code = run_cells(&kernel, &cells, &args, &interrupted).await;
     ctrl_c.abort();
     kernel.shutdown().await;
@@ -101,7 +115,11 @@ async fn run_cells(
             crate::render::cell_text(cell, &result)
         };
         // A closed stdout (e.g. `| head`) ends the run quietly.
-        if stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()).is_err() {
+        if stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush())
+            .is_err()
+        {
             return if failed { 1 } else { 0 };
         }
         if !result.is_success() {
@@ -119,9 +137,14 @@ async fn run_cells(
 
 /// Ctrl-C interrupts the running cell (the run stops after it); a second
 /// Ctrl-C kills the kernel and exits at once.
-async fn forward_ctrl_c(kernel: Kernel, interrupted: Arc<AtomicBool>, presses: Arc<AtomicUsize>) {
+async fn forward_ctrl_c(
+    mut sigint: tokio::signal::unix::Signal,
+    kernel: Kernel,
+    interrupted: Arc<AtomicBool>,
+    presses: Arc<AtomicUsize>,
+) {
     loop {
-        if tokio::signal::ctrl_c().await.is_err() {
+        if sigint.recv().await.is_none() {
             return;
         }
         interrupted.store(true, Ordering::Relaxed);

@@ -28,7 +28,13 @@ fn text(o: &Output) -> (String, String) {
 
 fn pid_alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| !s.rsplit_once(')').unwrap().1.trim_start().starts_with(['Z', 'X']))
+        .map(|s| {
+            !s.rsplit_once(')')
+                .unwrap()
+                .1
+                .trim_start()
+                .starts_with(['Z', 'X'])
+        })
         .unwrap_or(false)
 }
 
@@ -43,7 +49,10 @@ fn cells_share_one_kernel_and_print_like_a_notebook() {
     let o = run(&["run", p.to_str().unwrap()]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(0), "{out}{err}");
-    assert!(out.contains("── cell 1 (line 2) · setup ──\nset\n"), "{out}");
+    assert!(
+        out.contains("── cell 1 (line 2) · setup ──\nset\n"),
+        "{out}"
+    );
     assert!(out.contains("── cell 2 (line 9) ──\nOut[2]: 42\n"), "{out}");
     assert!(!out.contains("Some prose"));
 }
@@ -51,7 +60,11 @@ fn cells_share_one_kernel_and_print_like_a_notebook() {
 #[test]
 fn json_mode_prints_one_result_per_line() {
     let dir = tempfile::tempdir().unwrap();
-    let p = script(dir.path(), "a.py", "# %%\nx = 1\n# %%\nx + 1\n# %%\nprint('hi')\n");
+    let p = script(
+        dir.path(),
+        "a.py",
+        "# %%\nx = 1\n# %%\nx + 1\n# %%\nprint('hi')\n",
+    );
     let o = run(&["run", "--json", p.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(0));
     let lines: Vec<serde_json::Value> = String::from_utf8(o.stdout)
@@ -95,7 +108,12 @@ fn a_script_without_markers_is_one_cell_and_stdin_works() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(b"a = 2\nb = 3\na * b\n").unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"a = 2\nb = 3\na * b\n")
+        .unwrap();
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -118,20 +136,59 @@ fn the_timeout_flag_interrupts_and_reports() {
 #[test]
 fn bad_inputs_get_one_clear_line_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    let empty = script(dir.path(), "empty.py", "\n  \n# %% [markdown]\n# prose only\n");
+    let empty = script(
+        dir.path(),
+        "empty.py",
+        "\n  \n# %% [markdown]\n# prose only\n",
+    );
     let binary = dir.path().join("bin.py");
     std::fs::write(&binary, b"x = '\xff\xfe'\n").unwrap();
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["run".into(), dir.path().join("missing.py").display().to_string()], "no such file"),
-        (vec!["run".into(), empty.display().to_string()], "no code to run"),
-        (vec!["run".into(), binary.display().to_string()], "not UTF-8"),
-        (vec!["run".into(), dir.path().display().to_string()], "is a directory"),
-        (vec!["run".into(), "--timeout".into(), "-1".into(), empty.display().to_string()], "positive number"),
-        (vec!["run".into(), "--python".into(), "/nonexistent/python".into(), empty.display().to_string()], ""),
+        (
+            vec![
+                "run".into(),
+                dir.path().join("missing.py").display().to_string(),
+            ],
+            "no such file",
+        ),
+        (
+            vec!["run".into(), empty.display().to_string()],
+            "no code to run",
+        ),
+        (
+            vec!["run".into(), binary.display().to_string()],
+            "not UTF-8",
+        ),
+        (
+            vec!["run".into(), dir.path().display().to_string()],
+            "is a directory",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--timeout".into(),
+                "-1".into(),
+                empty.display().to_string(),
+            ],
+            "positive number",
+        ),
+        (
+            vec![
+                "run".into(),
+                "--python".into(),
+                "/nonexistent/python".into(),
+                empty.display().to_string(),
+            ],
+            "",
+        ),
         (vec!["frobnicate".into()], "unrecognized subcommand"),
     ];
     for (args, expect) in cases {
-        let o = cellhost().args(&args).stdin(Stdio::null()).output().unwrap();
+        let o = cellhost()
+            .args(&args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
         let (_, err) = text(&o);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(expect), "{args:?}: {err}");
@@ -143,7 +200,12 @@ fn bad_inputs_get_one_clear_line_and_exit_2() {
 fn a_missing_interpreter_is_a_usage_error() {
     let dir = tempfile::tempdir().unwrap();
     let p = script(dir.path(), "a.py", "1\n");
-    let o = run(&["run", "--python", "/nonexistent/python3", p.to_str().unwrap()]);
+    let o = run(&[
+        "run",
+        "--python",
+        "/nonexistent/python3",
+        p.to_str().unwrap(),
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("--python"), "{}", text(&o).1);
 }
@@ -151,10 +213,14 @@ fn a_missing_interpreter_is_a_usage_error() {
 #[test]
 fn ctrl_c_interrupts_the_running_cell_and_stops_the_run() {
     let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("started");
     let p = script(
         dir.path(),
         "a.py",
-        "# %%\nprint('started', flush=True)\nimport time\ntime.sleep(30)\n# %%\nprint('never')\n",
+        &format!(
+            "# %%\nprint('started', flush=True)\nopen({:?}, 'w').close()\nimport time\ntime.sleep(30)\n# %%\nprint('never')\n",
+            marker.display().to_string()
+        ),
     );
     let mut child = cellhost()
         .args(["run", "--json", p.to_str().unwrap()])
@@ -162,7 +228,11 @@ fn ctrl_c_interrupts_the_running_cell_and_stops_the_run() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    let t = Instant::now();
+    while !marker.exists() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(marker.exists(), "the cell started");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::SIGINT,

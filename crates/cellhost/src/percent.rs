@@ -74,7 +74,9 @@ pub fn parse(source: &str) -> Vec<ScriptCell> {
 
 /// What a marker line says about the cell it starts.
 enum Header {
-    Code { title: Option<String> },
+    Code {
+        title: Option<String>,
+    },
     /// Markdown or raw: not run.
     Skipped,
 }
@@ -205,17 +207,26 @@ mod tests {
     #[test]
     fn the_rest_of_the_marker_line_is_the_title() {
         let source = "# %%   Load the data  \nx = 1\n";
-        assert_eq!(parse(source), vec![cell(1, Some("Load the data"), 2, "x = 1")]);
+        assert_eq!(
+            parse(source),
+            vec![cell(1, Some("Load the data"), 2, "x = 1")]
+        );
     }
 
     #[test]
     fn markers_without_a_space_after_the_hash_count_too() {
-        assert_eq!(parse("#%% one\nx = 1\n"), vec![cell(1, Some("one"), 2, "x = 1")]);
+        assert_eq!(
+            parse("#%% one\nx = 1\n"),
+            vec![cell(1, Some("one"), 2, "x = 1")]
+        );
     }
 
     #[test]
     fn extra_percent_signs_still_make_a_marker() {
-        assert_eq!(parse("# %%% nested\nx\n"), vec![cell(1, Some("nested"), 2, "x")]);
+        assert_eq!(
+            parse("# %%% nested\nx\n"),
+            vec![cell(1, Some("nested"), 2, "x")]
+        );
     }
 
     #[test]
@@ -235,7 +246,10 @@ mod tests {
         let source = "import os\n\n# %% second\nx = 1\n";
         assert_eq!(
             parse(source),
-            vec![cell(1, None, 1, "import os"), cell(2, Some("second"), 4, "x = 1")]
+            vec![
+                cell(1, None, 1, "import os"),
+                cell(2, Some("second"), 4, "x = 1")
+            ]
         );
     }
 
@@ -259,7 +273,10 @@ mod tests {
 
     #[test]
     fn raw_cells_are_skipped() {
-        assert_eq!(parse("# %% [raw]\nnot python\n# %%\nx\n"), vec![cell(1, None, 4, "x")]);
+        assert_eq!(
+            parse("# %% [raw]\nnot python\n# %%\nx\n"),
+            vec![cell(1, None, 4, "x")]
+        );
     }
 
     #[test]
@@ -267,14 +284,20 @@ mod tests {
         let source = "# %% Setup [parameters] step [x]\nx = 1\n# %% [tag]\ny\n";
         assert_eq!(
             parse(source),
-            vec![cell(1, Some("Setup step"), 2, "x = 1"), cell(2, None, 4, "y")]
+            vec![
+                cell(1, Some("Setup step"), 2, "x = 1"),
+                cell(2, None, 4, "y")
+            ]
         );
     }
 
     #[test]
     fn brackets_that_are_not_tags_stay_in_the_title() {
         let source = "# %% Sum [1, 2] and a[0\nx\n";
-        assert_eq!(parse(source), vec![cell(1, Some("Sum [1, 2] and a[0"), 2, "x")]);
+        assert_eq!(
+            parse(source),
+            vec![cell(1, Some("Sum [1, 2] and a[0"), 2, "x")]
+        );
     }
 
     #[test]
@@ -282,7 +305,10 @@ mod tests {
         let source = "# %% a\n\n   \n# %% b\nx = 1\n# %% c\n\t\n# %% d\ny = 2";
         assert_eq!(
             parse(source),
-            vec![cell(1, Some("b"), 5, "x = 1"), cell(2, Some("d"), 9, "y = 2")]
+            vec![
+                cell(1, Some("b"), 5, "x = 1"),
+                cell(2, Some("d"), 9, "y = 2")
+            ]
         );
     }
 
@@ -291,7 +317,12 @@ mod tests {
         let source = "# %%\n\n  \ndef f():\n    return 1\n\n\n  print( f() )  \n\n \n# %%\n";
         assert_eq!(
             parse(source),
-            vec![cell(1, None, 4, "def f():\n    return 1\n\n\n  print( f() )  ")]
+            vec![cell(
+                1,
+                None,
+                4,
+                "def f():\n    return 1\n\n\n  print( f() )  "
+            )]
         );
     }
 
@@ -309,13 +340,19 @@ mod tests {
         let source = "x = 1\r\n# %% Title\r\ny = 2\r\nz = 3\r\n";
         assert_eq!(
             parse(source),
-            vec![cell(1, None, 1, "x = 1"), cell(2, Some("Title"), 3, "y = 2\nz = 3")]
+            vec![
+                cell(1, None, 1, "x = 1"),
+                cell(2, Some("Title"), 3, "y = 2\nz = 3")
+            ]
         );
     }
 
     #[test]
     fn a_byte_order_mark_does_not_hide_the_first_marker() {
-        assert_eq!(parse("\u{feff}# %% one\nx\n"), vec![cell(1, Some("one"), 2, "x")]);
+        assert_eq!(
+            parse("\u{feff}# %% one\nx\n"),
+            vec![cell(1, Some("one"), 2, "x")]
+        );
     }
 
     #[test]
@@ -341,6 +378,7 @@ mod tests {
         ) {
             let source = lines.join("\n");
             let cells = parse(&source);
+            let source = source.strip_prefix('\u{feff}').unwrap_or(&source);
             let line_count = source.split('\n').count();
             for (i, cell) in cells.iter().enumerate() {
                 prop_assert_eq!(cell.index, i + 1);

@@ -18,7 +18,10 @@ async fn a_timed_out_cell_that_settles_keeps_the_kernel_and_its_state() {
     assert!(t.elapsed() < Duration::from_secs(5));
     assert_eq!(r.status, Status::Timeout);
     assert!(!r.kernel.state_lost);
-    assert!(r.error.as_deref().unwrap().contains("state were kept"), "{r:?}");
+    assert!(
+        r.error.as_deref().unwrap().contains("state were kept"),
+        "{r:?}"
+    );
     assert!(r.traceback.as_deref().unwrap().contains("time.sleep(30)"));
     let r = k.run("x").await;
     assert_eq!(r.value.as_deref(), Some("'kept'"));
@@ -33,7 +36,9 @@ async fn a_cell_that_ignores_sigint_is_killed_and_state_is_lost() {
     let pid = k.kernel.pid().unwrap();
     let code = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(30)";
     let t = Instant::now();
-    let r = k.run_cell(Cell::new(code).timeout(Duration::from_millis(300))).await;
+    let r = k
+        .run_cell(Cell::new(code).timeout(Duration::from_millis(300)))
+        .await;
     assert!(t.elapsed() < Duration::from_secs(6), "{:?}", t.elapsed());
     assert_eq!(r.status, Status::Timeout);
     assert!(r.kernel.state_lost);
@@ -48,7 +53,9 @@ async fn a_cell_that_ignores_sigint_is_killed_and_state_is_lost() {
 async fn a_cell_that_swallows_keyboard_interrupt_is_killed_after_the_grace() {
     let k = kernel().await;
     let code = "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        pass";
-    let r = k.run_cell(Cell::new(code).timeout(Duration::from_millis(200))).await;
+    let r = k
+        .run_cell(Cell::new(code).timeout(Duration::from_millis(200)))
+        .await;
     assert_eq!(r.status, Status::Timeout);
     assert!(r.kernel.state_lost);
 }
@@ -59,7 +66,11 @@ async fn interrupt_stops_a_running_cell_and_keeps_state() {
     k.run("x = 5").await;
     let kernel = k.kernel.clone();
     let running = tokio::spawn(async move {
-        kernel.execute(Cell::new("import time\nfor i in range(300):\n    time.sleep(0.1)")).await
+        kernel
+            .execute(Cell::new(
+                "import time\nfor i in range(300):\n    time.sleep(0.1)",
+            ))
+            .await
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(k.kernel.interrupt().await.unwrap(), "a cell was running");

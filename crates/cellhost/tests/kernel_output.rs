@@ -26,7 +26,9 @@ print("six", flush=False)
 #[tokio::test]
 async fn c_stdio_left_in_its_buffer_is_flushed_at_the_end_of_the_cell() {
     let k = kernel().await;
-    let r = k.run("import ctypes\nctypes.CDLL(None).printf(b'from C\\n')").await;
+    let r = k
+        .run("import ctypes\nctypes.CDLL(None).printf(b'from C\\n')")
+        .await;
     assert!(r.stdout.contains("from C"), "{r:?}");
 }
 
@@ -41,7 +43,9 @@ async fn stderr_is_captured_separately() {
 #[tokio::test]
 async fn invalid_utf8_and_nul_bytes_are_decoded_lossily() {
     let k = kernel().await;
-    let r = k.run("import os\nos.write(1, b'a\\xff\\xfeb\\x00c\\n')").await;
+    let r = k
+        .run("import os\nos.write(1, b'a\\xff\\xfeb\\x00c\\n')")
+        .await;
     assert_eq!(r.stdout, "a\u{fffd}\u{fffd}b\u{0}c\n");
 }
 
@@ -74,9 +78,13 @@ x = 3
 #[tokio::test]
 async fn a_cell_that_closes_fd_1_does_not_break_later_cells() {
     let k = kernel().await;
-    let r = k.run("import os\nprint('before', flush=True)\nos.close(1)").await;
+    let r = k
+        .run("import os\nprint('before', flush=True)\nos.close(1)")
+        .await;
     assert_eq!(r.stdout, "before\n");
-    let r = k.run("import os\nprint('after')\nos.write(1, b'raw\\n')").await;
+    let r = k
+        .run("import os\nprint('after')\nos.write(1, b'raw\\n')")
+        .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     assert_eq!(r.stdout, "after\nraw\n");
 }
@@ -85,7 +93,9 @@ async fn a_cell_that_closes_fd_1_does_not_break_later_cells() {
 async fn a_cell_that_redirects_fds_or_replaces_sys_stdout_does_not_break_later_cells() {
     let k = kernel().await;
     k.run("import os, sys, io\nfd = os.open(os.devnull, os.O_WRONLY)\nos.dup2(fd, 1)\nos.dup2(fd, 2)\nsys.stdout = io.StringIO()\nsys.stderr = object()").await;
-    let r = k.run("import sys\nprint('visible')\nprint('err', file=sys.stderr)").await;
+    let r = k
+        .run("import sys\nprint('visible')\nprint('err', file=sys.stderr)")
+        .await;
     assert_eq!(r.stdout, "visible\n");
     assert_eq!(r.stderr, "err\n");
     k.run("import sys\nsys.stdout.close()").await;
@@ -122,10 +132,17 @@ async fn a_flood_of_output_is_cut_spilled_and_keeps_host_memory_bounded() {
     assert!(r.stdout.trim_end().ends_with("END"));
     let spill = r.truncated.spill_path.expect("spilled");
     let meta = std::fs::metadata(&spill).unwrap();
-    assert!(meta.len() >= 5_000_000 && meta.len() <= 5_300_000, "{}", meta.len());
+    assert!(
+        meta.len() >= 5_000_000 && meta.len() <= 5_300_000,
+        "{}",
+        meta.len()
+    );
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(meta.permissions().mode() & 0o777, 0o600);
-    assert!(!spill.starts_with(k.dir.path().join("kernels").to_str().unwrap()), "spill outlives the kernel");
+    assert!(
+        !spill.starts_with(k.dir.path().join("kernels").to_str().unwrap()),
+        "spill outlives the kernel"
+    );
     assert!(grown < 64 << 20, "host RSS grew by {grown} bytes");
 }
 
@@ -134,17 +151,29 @@ async fn secrets_never_reach_the_child_and_are_redacted_from_output() {
     use std::ffi::OsString;
     let dir = tempfile::tempdir().unwrap();
     let vars = vec![
-        (OsString::from("PATH"), OsString::from(std::env::var_os("PATH").unwrap())),
-        (OsString::from("MY_SERVICE_TOKEN"), OsString::from("hunter2-very-secret-value")),
+        (
+            OsString::from("PATH"),
+            OsString::from(std::env::var_os("PATH").unwrap()),
+        ),
+        (
+            OsString::from("MY_SERVICE_TOKEN"),
+            OsString::from("hunter2-very-secret-value"),
+        ),
     ];
     let opts = options(&dir).env(cellhost::env::ChildEnv::from_vars(vars, &[]));
     let k = kernel_with(opts, dir).await;
-    let r = k.run("import os\nsorted(k for k in os.environ if 'TOKEN' in k)").await;
+    let r = k
+        .run("import os\nsorted(k for k in os.environ if 'TOKEN' in k)")
+        .await;
     assert_eq!(r.value.as_deref(), Some("[]"));
     let r = k
         .run("print('leak: hunter2-very-secret-value')\nprint('aws AKIAIOSFODNN7EXAMPLE')\n'hunter2-very-secret-value'")
         .await;
-    assert!(!r.stdout.contains("hunter2-very-secret-value"), "{}", r.stdout);
+    assert!(
+        !r.stdout.contains("hunter2-very-secret-value"),
+        "{}",
+        r.stdout
+    );
     assert!(!r.stdout.contains("AKIAIOSFODNN7EXAMPLE"), "{}", r.stdout);
     assert!(r.stdout.contains("REDACTED"));
     assert!(!r.value.unwrap().contains("hunter2-very-secret-value"));
@@ -155,13 +184,24 @@ async fn the_child_environment_is_allow_listed() {
     use std::ffi::OsString;
     let dir = tempfile::tempdir().unwrap();
     let vars = vec![
-        (OsString::from("PATH"), OsString::from(std::env::var_os("PATH").unwrap())),
+        (
+            OsString::from("PATH"),
+            OsString::from(std::env::var_os("PATH").unwrap()),
+        ),
         (OsString::from("HOME"), OsString::from("/home/someone")),
+        (OsString::from("LANG"), OsString::from("C.UTF-8")),
         (OsString::from("LD_PRELOAD"), OsString::from("/nope.so")),
         (OsString::from("RANDOM_SETTING"), OsString::from("1")),
     ];
-    let opts = options(&dir).env(cellhost::env::ChildEnv::from_vars(vars, &["RANDOM_SETTING".into()]));
+    let opts = options(&dir).env(cellhost::env::ChildEnv::from_vars(
+        vars,
+        &["RANDOM_SETTING".into()],
+    ));
     let k = kernel_with(opts, dir).await;
     let r = k.run("import os\nsorted(os.environ)").await;
-    assert_eq!(r.value.as_deref(), Some("['HOME', 'PATH', 'RANDOM_SETTING']"), "{r:?}");
+    assert_eq!(
+        r.value.as_deref(),
+        Some("['HOME', 'LANG', 'PATH', 'RANDOM_SETTING']"),
+        "{r:?}"
+    );
 }

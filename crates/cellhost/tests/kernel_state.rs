@@ -38,7 +38,10 @@ async fn reset_discards_state_and_says_so() {
     assert!(!r.kernel.reused);
     assert_eq!(r.kernel.execution_count, 1);
     assert!(r.kernel.note.as_deref().unwrap().contains("reset"));
-    assert!(wait_gone(pid, std::time::Duration::from_secs(2)), "old process is gone");
+    assert!(
+        wait_gone(pid, std::time::Duration::from_secs(2)),
+        "old process is gone"
+    );
 }
 
 #[tokio::test]
@@ -59,7 +62,10 @@ async fn an_exception_keeps_the_kernel_and_its_state() {
     let pid = k.kernel.pid();
     let r = k.run("def f():\n    return 1 / 0\nf()").await;
     assert_eq!(r.status, Status::Error);
-    assert_eq!(r.error.as_deref(), Some("ZeroDivisionError: division by zero"));
+    assert_eq!(
+        r.error.as_deref(),
+        Some("ZeroDivisionError: division by zero")
+    );
     let tb = r.traceback.unwrap();
     assert!(tb.contains("<cell-2>"), "{tb}");
     assert!(tb.contains("return 1 / 0"), "source lines shown: {tb}");
@@ -75,7 +81,10 @@ async fn a_syntax_error_is_reported_and_harmless() {
     let k = kernel().await;
     let r = k.run("def (:").await;
     assert_eq!(r.status, Status::Error);
-    assert!(r.error.as_deref().unwrap().starts_with("SyntaxError"), "{r:?}");
+    assert!(
+        r.error.as_deref().unwrap().starts_with("SyntaxError"),
+        "{r:?}"
+    );
     assert!(!r.traceback.unwrap().contains("runner.py"));
     assert_eq!(k.run("1 + 1").await.value.as_deref(), Some("2"));
 }
@@ -124,13 +133,19 @@ async fn os_exit_in_a_cell_loses_state_and_the_next_call_respawns() {
     k.run("x = 1").await;
     let r = k.run("import os; os._exit(3)").await;
     assert_eq!(r.status, Status::Error);
-    assert!(r.error.as_deref().unwrap().contains("exited with status 3"), "{r:?}");
+    assert!(
+        r.error.as_deref().unwrap().contains("exited with status 3"),
+        "{r:?}"
+    );
     assert!(r.kernel.state_lost);
     assert!(r.kernel.note.is_some());
     let r = k.run("'x' in globals()").await;
     assert_eq!(r.value.as_deref(), Some("False"));
     assert!(!r.kernel.reused);
-    assert!(!r.kernel.state_lost, "the loss was reported by the cell that caused it");
+    assert!(
+        !r.kernel.state_lost,
+        "the loss was reported by the cell that caused it"
+    );
 }
 
 #[tokio::test]
@@ -162,14 +177,21 @@ async fn a_kernel_that_dies_while_idle_is_reported_on_the_next_call() {
     let k = kernel().await;
     k.run("x = 1").await;
     let pid = k.kernel.pid().unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::SIGKILL)
-        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
     assert!(wait_gone(pid, std::time::Duration::from_secs(2)));
     let r = k.run("'x' in globals()").await;
     assert_eq!(r.value.as_deref(), Some("False"));
     assert!(r.kernel.state_lost);
     assert!(!r.kernel.reused);
-    assert!(r.kernel.note.as_deref().unwrap().contains("SIGKILL"), "{:?}", r.kernel.note);
+    assert!(
+        r.kernel.note.as_deref().unwrap().contains("SIGKILL"),
+        "{:?}",
+        r.kernel.note
+    );
 }
 
 #[tokio::test]
@@ -188,14 +210,18 @@ async fn queued_cells_run_one_at_a_time_in_arrival_order() {
     for i in 0..10 {
         let kernel = k.kernel.clone();
         let code = format!("import time\nlog.append({i}); time.sleep(0.01); log.append({i})");
-        handles.push(tokio::spawn(async move { kernel.execute(Cell::new(code)).await }));
+        handles.push(tokio::spawn(async move {
+            kernel.execute(Cell::new(code)).await
+        }));
         tokio::task::yield_now().await;
     }
     for h in handles {
         assert_eq!(h.await.unwrap().unwrap().status, Status::Success);
     }
     let r = k.run("log").await;
-    let expected: Vec<String> = (0..10).flat_map(|i| [i.to_string(), i.to_string()]).collect();
+    let expected: Vec<String> = (0..10)
+        .flat_map(|i| [i.to_string(), i.to_string()])
+        .collect();
     assert_eq!(r.value.unwrap(), format!("[{}]", expected.join(", ")));
 }
 
@@ -213,7 +239,9 @@ async fn input_fails_fast() {
 async fn cells_run_in_main_so_pickle_and_classes_work() {
     let k = kernel().await;
     k.run("class P:\n    pass\nimport pickle").await;
-    let r = k.run("type(pickle.loads(pickle.dumps(P()))).__name__").await;
+    let r = k
+        .run("type(pickle.loads(pickle.dumps(P()))).__name__")
+        .await;
     assert_eq!(r.value.as_deref(), Some("'P'"), "{r:?}");
     assert_eq!(k.run("__name__").await.value.as_deref(), Some("'__main__'"));
 }

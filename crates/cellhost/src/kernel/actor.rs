@@ -98,6 +98,10 @@ impl Actor {
         let proc = Process::spawn(&opts, &python).await?;
         observed.pid.store(proc.pid, Ordering::Relaxed);
         let cleaner = Cleaner::new(opts.env.secrets.iter().cloned());
+        private_dir(&opts.spill_dir).map_err(|err| SpawnError::Io {
+            about: "create the spill dir",
+            err,
+        })?;
         let mut actor = Actor {
             streams: Streams {
                 out: Capture::new(&opts.output, PathBuf::new()),
@@ -224,6 +228,13 @@ impl Actor {
         self.first = false;
         if cell.reset {
             self.vacate(Vacancy::Reset).await;
+        } else if let Slot::Live(proc) = &mut self.slot {
+            // It may have died since we last looked (idle I/O had no turn).
+            if let Ok(Some(status)) = proc.child.try_wait() {
+                let exit = Exit::from_status(status);
+                proc.exited = Some(exit);
+                self.vacate(Vacancy::DiedIdle(exit)).await;
+            }
         }
         if let Slot::Vacant(why) = &self.slot {
             let why = why.clone();
@@ -326,7 +337,8 @@ impl Actor {
                             "The kernel ended: the cell called sys.exit({code}). Its state is gone; the next cell starts a fresh kernel."
                         ));
                         // Let it finish exiting (atexit handlers), then reap.
-                        let _ = tokio::time::timeout(self.opts.teardown_grace, proc.child.wait()).await;
+                        let _ =
+                            tokio::time::timeout(self.opts.teardown_grace, proc.child.wait()).await;
                         drain(proc, &mut self.streams, &mut self.buf);
                         vacancy = Some(Vacancy::Reported(
                             "the previous kernel ended with sys.exit().".into(),
@@ -344,9 +356,16 @@ impl Actor {
                 drain(proc, &mut self.streams, &mut self.buf);
                 status = stop_status(stop);
                 let tail = self.streams.err.tail_text(400, &self.cleaner);
-                let last = tail.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+                let last = tail
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
                 error = Some(if last.is_empty() {
-                    format!("KernelDied: the kernel process {} during the cell", exit.describe())
+                    format!(
+                        "KernelDied: the kernel process {} during the cell",
+                        exit.describe()
+                    )
                 } else {
                     format!(
                         "KernelDied: the kernel process {} during the cell; stderr ended with: {}",
@@ -388,7 +407,9 @@ impl Actor {
             }
             Outcome::Broken(detail) => {
                 status = Status::Error;
-                error = Some(format!("KernelProtocolError: {detail}; the kernel was killed"));
+                error = Some(format!(
+                    "KernelProtocolError: {detail}; the kernel was killed"
+                ));
                 info.state_lost = true;
                 info.note = Some(
                     "The kernel broke its control channel and was killed, so its state was lost; the next cell starts a fresh kernel."
@@ -497,10 +518,10 @@ impl Actor {
             (None, Some(e)) => e.to_owned(),
             (Some(o), Some(e)) => format!("--- stdout ---\n{o}\n--- stderr ---\n{e}"),
         };
-        let path = self.opts.spill_dir.join(format!(
-            "{}-cell-{}.txt",
-            info.id, info.execution_count
-        ));
+        let path = self
+            .opts
+            .spill_dir
+            .join(format!("{}-cell-{}.txt", info.id, info.execution_count));
         let write = || -> io::Result<()> {
             use std::io::Write;
             use std::os::unix::fs::OpenOptionsExt;
@@ -549,6 +570,14 @@ async fn wait_for_cell(
         () = sleep_until_opt(deadline) => Err("the kernel did not accept the cell before its timeout".into()),
     };
     if let Err(detail) = sent {
+        // A runner that died just now closes its pipe: report the death.
+        if let Ok(Ok(status)) =
+            tokio::time::timeout(Duration::from_secs(1), proc.child.wait()).await
+        {
+            let exit = Exit::from_status(status);
+            proc.exited = Some(exit);
+            return (Outcome::Died(exit), None);
+        }
         proc.kill_now().await;
         return (Outcome::Broken(detail), timeout.map(Stop::Timeout));
     }
@@ -690,15 +719,21 @@ fn drain(proc: &Process, s: &mut Streams, buf: &mut [u8]) {
 
 /// One read: `Some(true)` at EOF, `Some(false)` when empty, `None` when it
 /// got bytes (there may be more).
+///
+/// This is a direct `read(2)` on the non-blocking fd, not `try_read`:
+/// tokio's `try_read` answers `WouldBlock` without a syscall when its
+/// reactor has not yet seen the readiness event, which would lose bytes
+/// that are already in the pipe.
 fn pump_once(rx: &pipe::Receiver, buf: &mut [u8], sink: &mut Capture) -> Option<bool> {
-    match rx.try_read(buf) {
+    use std::os::fd::AsFd;
+    match nix::unistd::read(rx.as_fd(), buf) {
         Ok(0) => Some(true),
         Ok(n) => {
             sink.push(&buf[..n]);
             None
         }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Some(false),
-        Err(e) if e.kind() == io::ErrorKind::Interrupted => None,
+        Err(nix::errno::Errno::EAGAIN) => Some(false),
+        Err(nix::errno::Errno::EINTR) => None,
         Err(_) => Some(true),
     }
 }

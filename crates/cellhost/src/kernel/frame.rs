@@ -56,7 +56,11 @@ impl Frame {
     }
 
     pub fn int(&self, name: &str) -> Option<i64> {
-        std::str::from_utf8(self.bytes(name)?).ok()?.trim().parse().ok()
+        std::str::from_utf8(self.bytes(name)?)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// The frame as bytes, length prefix included.
@@ -94,7 +98,9 @@ impl Frame {
             let (name, size) = header
                 .split_once(' ')
                 .ok_or(FrameError::BadHeader { offset: i })?;
-            let size: usize = size.parse().map_err(|_| FrameError::BadHeader { offset: i })?;
+            let size: usize = size
+                .parse()
+                .map_err(|_| FrameError::BadHeader { offset: i })?;
             if name.is_empty() {
                 return Err(FrameError::BadHeader { offset: i });
             }

@@ -167,7 +167,9 @@ pub enum SpawnError {
     DiedAtStart { exit: String, stderr_tail: String },
     #[error("the kernel did not start within {after:?}")]
     Timeout { after: Duration },
-    #[error("python {version} is too old: cellhost needs Python 3.8 or newer (pass --python PATH)")]
+    #[error(
+        "python {version} is too old: cellhost needs Python 3.8 or newer (pass --python PATH)"
+    )]
     TooOld { version: String },
     #[error("kernel handshake failed: {detail}")]
     Handshake { detail: String },

@@ -55,7 +55,7 @@ static KNOWN: LazyLock<Regex> = LazyLock::new(|| {
         r"|(?P<slack_token>(?-u:\b)xox[abposr]-[A-Za-z0-9\-]{10,})",
         r"|(?P<google_api_key>(?-u:\b)AIza[0-9A-Za-z_\-]{35,})",
         r"|(?P<jwt>(?-u:\b)eyJ[A-Za-z0-9_\-]+\.eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*)",
-        r"|(?P<bearer>(?P<bearer_word>(?-u:\b)(?i:bearer)[ \t]+)[A-Za-z0-9\-._~+/]{8,}=*)",
+        r"|(?P<bearer>(?P<bearer_word>(?-u:\b)(?i:bearer)[ \t]+)[A-Za-z0-9\-._~+/]{6,}=*)",
     ))
     .expect("the known-token regex is valid")
 });
@@ -175,15 +175,19 @@ fn redact_known(text: &str) -> Cow<'_, str> {
         if kind == "bearer" {
             let word = caps.name("bearer_word").map_or("", |m| m.as_str());
             let token = &whole[word.len()..];
-            // Prose such as "Bearer authentication" is not a credential:
-            // real tokens carry a digit or are long.
-            if !token.bytes().any(|b| b.is_ascii_digit()) && token.len() < 20 {
+            if !looks_like_a_token(token) {
                 return whole.to_string();
             }
             return format!("{word}[REDACTED:bearer]");
         }
         format!("[REDACTED:{kind}]")
     })
+}
+
+/// Prose such as "Bearer authentication" is not a credential: a token has
+/// a digit or a symbol, or is too long to be a word.
+fn looks_like_a_token(token: &str) -> bool {
+    token.len() >= 16 || token.bytes().any(|b| !b.is_ascii_alphabetic())
 }
 
 fn kind_of(caps: &Captures<'_>) -> &'static str {
@@ -303,7 +307,11 @@ mod tests {
             let token = format!("{prefix}{}", "Z9y8X7w6V5".repeat(4));
             assert_eq!(redacted(&token), "[REDACTED:github_token]", "{prefix}");
         }
-        let fine_grained = format!("github_pat_11ABCDEFG0{}_{}", "x".repeat(12), "Yz9".repeat(20));
+        let fine_grained = format!(
+            "github_pat_11ABCDEFG0{}_{}",
+            "x".repeat(12),
+            "Yz9".repeat(20)
+        );
         assert_eq!(redacted(&fine_grained), "[REDACTED:github_token]");
     }
 
@@ -363,7 +371,8 @@ mod tests {
         assert_eq!(redacted(text), "before\n[REDACTED:private_key]\nafter\n");
         let pkcs8 = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----";
         assert_eq!(redacted(pkcs8), "[REDACTED:private_key]");
-        let openssh = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----";
+        let openssh =
+            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----";
         assert_eq!(redacted(openssh), "[REDACTED:private_key]");
     }
 
@@ -393,6 +402,7 @@ mod tests {
             redacted("BEARER\tdGhpcyBpcyBhIHRva2Vu"),
             "BEARER\t[REDACTED:bearer]"
         );
+        assert_eq!(redacted("Bearer hunter2"), "Bearer [REDACTED:bearer]");
     }
 
     #[test]
@@ -410,6 +420,7 @@ mod tests {
             "Bearer",
             "the Bearer token goes in a header",
             "use Bearer authentication for this endpoint",
+            "Bearer tokens expire; Bearer:",
             "Authorization: Bearer $TOKEN",
             "AKIA is a prefix; AKIAshort; AKIAIOSFODNN7EXAMPLEX2",
             "ghp_short gho_ github_pat_",
