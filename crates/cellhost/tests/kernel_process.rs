@@ -87,3 +87,28 @@ async fn the_interpreter_is_a_real_binary_not_a_shim() {
     let head = std::fs::read(exe).unwrap();
     assert_eq!(&head[..4], b"\x7fELF", "{exe}");
 }
+
+#[tokio::test]
+async fn a_venv_interpreter_keeps_its_site_packages_importable() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = cellhost::Interpreter::resolve(None).unwrap();
+    let venv = dir.path().join("venv");
+    let st = std::process::Command::new(base.path())
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(st.success(), "venv creation failed");
+    let site = std::fs::read_dir(venv.join("lib"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join("site-packages");
+    std::fs::write(site.join("cellhost_probe_mod.py"), "ANSWER = 42\n").unwrap();
+    let opts = options(&dir).python(venv.join("bin").join("python"));
+    let k = kernel_with(opts, dir).await;
+    let r = k.run("import sys, cellhost_probe_mod\n(cellhost_probe_mod.ANSWER, sys.prefix != sys.base_prefix)").await;
+    assert_eq!(r.value.as_deref(), Some("(42, True)"), "{r:?}");
+}

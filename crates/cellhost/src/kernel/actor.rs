@@ -445,17 +445,17 @@ impl Actor {
         info: KernelInfo,
         started: Instant,
     ) -> CellResult {
-        let cap = self.opts.output.cap_bytes;
+        // Value, error and traceback: same cap and cleaning as the streams,
+        // without a spill file (the runner already bounds them at 1 MiB).
+        let limits = crate::output::OutputLimits {
+            spill_cap_bytes: 0,
+            ..self.opts.output.clone()
+        };
         let clean_field = |s: Option<String>| {
             s.map(|s| {
-                let text = self.cleaner.clean(s.as_bytes());
-                if text.len() > cap {
-                    let mut c = Capture::new(&self.opts.output, PathBuf::new());
-                    c.push(text.as_bytes());
-                    c.finish(&self.cleaner).text
-                } else {
-                    text
-                }
+                let mut c = Capture::new(&limits, PathBuf::new());
+                c.push(s.as_bytes());
+                c.finish(&self.cleaner).text
             })
         };
         let value = clean_field(value);

@@ -172,10 +172,11 @@ impl Capture {
         let tail = &tail[utf8_tail_start(&tail)..];
         let cut = total_bytes - head.len() as u64 - tail.len() as u64;
         let marker = match &full {
-            Ok(_) => format!(
+            Ok(Some(_)) => format!(
                 "\n[... {} bytes cut: output too long; the full text is in truncated.spill_path ...]\n",
                 group_digits(cut)
             ),
+            Ok(None) => format!("\n[... {} bytes cut: output too long ...]\n", group_digits(cut)),
             Err(reason) => format!(
                 "\n[... {} bytes cut: output too long; the full text could not be kept: {reason} ...]\n",
                 group_digits(cut)
@@ -200,7 +201,7 @@ impl Capture {
         Captured {
             text,
             truncated: true,
-            full: full.ok(),
+            full: full.ok().flatten(),
             total_bytes,
         }
     }
@@ -224,9 +225,7 @@ impl Capture {
     /// the tail.
     fn cut_at(&mut self, bytes: &[u8]) {
         self.cut = true;
-        if self.spill_cap_bytes == 0 {
-            self.spill.failed = Some("spilling is turned off (spill_cap_bytes is 0)".to_string());
-        } else {
+        if self.spill_cap_bytes > 0 {
             self.spill.open();
             self.spill.write(&self.kept, self.spill_cap_bytes);
             self.spill.write(bytes, self.spill_cap_bytes);
@@ -248,8 +247,12 @@ impl Capture {
         self.kept.shrink_to_fit();
     }
 
-    /// The cleaned full text from the spill file, or why there is none.
-    fn read_back_spill(&mut self, cleaner: &Cleaner) -> Result<String, String> {
+    /// The cleaned full text from the spill file (`None` when spilling is
+    /// off), or why there is none.
+    fn read_back_spill(&mut self, cleaner: &Cleaner) -> Result<Option<String>, String> {
+        if self.spill_cap_bytes == 0 {
+            return Ok(None);
+        }
         if let Some(reason) = &self.spill.failed {
             return Err(reason.clone());
         }
@@ -289,7 +292,7 @@ impl Capture {
                 group_digits(self.total_bytes - end as u64)
             ));
         }
-        Ok(full)
+        Ok(Some(full))
     }
 
     /// Bytes held in memory by this capture's buffers.
@@ -710,14 +713,17 @@ mod tests {
     }
 
     #[test]
-    fn a_zero_spill_cap_keeps_no_full_text() {
+    fn a_zero_spill_cap_cuts_without_a_spill_file_or_full_text() {
         let fx = Fixture::new();
         let mut capture = fx.capture(&limits(10, 50, 0));
         capture.push(&pattern(100));
         assert!(!fx.spill_path().exists());
         let captured = capture.finish(&Cleaner::default());
         assert_eq!(captured.full, None);
-        assert!(captured.text.contains("spilling is turned off"));
+        assert_eq!(
+            captured.text,
+            "abcde\n[... 90 bytes cut: output too long ...]\nvwxyz"
+        );
     }
 
     #[test]

@@ -40,6 +40,8 @@ pub struct OutputLimits {
     /// Values above 100 count as 100.
     pub head_percent: u8,
     /// Max bytes of the full text spilled to a file when cut (default 5 * 1024 * 1024).
+    /// 0 turns spilling off: a cut stream then has no full text and its
+    /// marker only says how much was cut (useful to cap a single field).
     pub spill_cap_bytes: u64,
 }
 

@@ -103,8 +103,8 @@ static PEM_END: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----").expect("PEM END regex is valid")
 });
 
-/// Exact secret values to redact, built once per kernel.
-#[derive(Debug)]
+/// Exact secret values to redact, built once per kernel. Its `Debug`
+/// shows how many values it holds, never the values.
 pub(crate) struct Secrets {
     /// Distinct values of at least [`MIN_SECRET_LEN`] bytes, longest first,
     /// so that a secret containing another is redacted whole.
@@ -113,6 +113,14 @@ pub(crate) struct Secrets {
     /// or (never in practice) when it is too large for the regex engine, in
     /// which case `values` are replaced one by one.
     regex: Option<Regex>,
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Secrets")
+            .field("values", &self.values.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Secrets {
@@ -206,9 +214,10 @@ pub(crate) fn redact_cut_end(mut text: String, secrets: &Secrets) -> String {
     while !text.is_char_boundary(window_start) {
         window_start += 1;
     }
-    if let Some(caps) = PARTIAL_AT_END.captures(&text[window_start..]) {
-        let whole = caps.get(0).expect("group 0 always matches");
-        let start = window_start + whole.start();
+    // `captures_at` still sees the text before the window, so `\b` at
+    // the window's start means a real word boundary.
+    if let Some(caps) = PARTIAL_AT_END.captures_at(&text, window_start) {
+        let start = caps.get(0).expect("group 0 always matches").start();
         let kind = kind_of(&caps);
         let replacement = match caps.name("bearer_word") {
             Some(word) => format!("{}[REDACTED:{kind}]", word.as_str()),
@@ -471,6 +480,14 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_never_shows_secret_values() {
+        let secrets = Secrets::new(vec!["correct-horse-battery".to_string()]);
+        let shown = format!("{secrets:?}");
+        assert!(!shown.contains("correct-horse"), "{shown}");
+        assert!(shown.contains("values: 1"), "{shown}");
+    }
+
+    #[test]
     fn a_known_token_start_before_a_cut_is_redacted() {
         let s = redact_cut_end("x = ghp_abc12".to_string(), &none());
         assert_eq!(s, "x = [REDACTED:github_token]");
@@ -478,6 +495,17 @@ mod tests {
         assert_eq!(s, "Authorization: Bearer [REDACTED:bearer]");
         let s = redact_cut_end("token AKIAIOSF".to_string(), &none());
         assert_eq!(s, "token [REDACTED:aws_access_key]");
+    }
+
+    #[test]
+    fn the_fragment_window_respects_word_boundaries_before_it() {
+        // The 512-byte window starts on an "s" inside one long word: that
+        // "sk-" does not start a token.
+        let inside_a_word = format!("x{}", "sk-a".repeat(200));
+        assert_eq!(
+            redact_cut_end(inside_a_word.clone(), &none()),
+            inside_a_word
+        );
     }
 
     #[test]
