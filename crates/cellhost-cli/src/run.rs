@@ -63,9 +63,11 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         eprintln!("cellhost: {name} has no code to run (it is empty or only blank lines and markdown cells)");
         return 2;
     }
-    let mut opts = KernelOptions::default();
-    opts.python = args.python.clone();
-    opts.default_timeout = args.timeout;
+    let opts = KernelOptions {
+        python: args.python.clone(),
+        default_timeout: args.timeout,
+        ..KernelOptions::default()
+    };
     let kernel = match Kernel::spawn(opts).await {
         Ok(k) => k,
         Err(e @ SpawnError::Interpreter(_)) => {

@@ -222,7 +222,7 @@ fn ctrl_c_interrupts_the_running_cell_and_stops_the_run() {
             marker.display().to_string()
         ),
     );
-    let mut child = cellhost()
+    let child = cellhost()
         .args(["run", "--json", p.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

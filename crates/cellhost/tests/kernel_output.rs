@@ -151,10 +151,7 @@ async fn secrets_never_reach_the_child_and_are_redacted_from_output() {
     use std::ffi::OsString;
     let dir = tempfile::tempdir().unwrap();
     let vars = vec![
-        (
-            OsString::from("PATH"),
-            OsString::from(std::env::var_os("PATH").unwrap()),
-        ),
+        (OsString::from("PATH"), std::env::var_os("PATH").unwrap()),
         (
             OsString::from("MY_SERVICE_TOKEN"),
             OsString::from("hunter2-very-secret-value"),
@@ -184,10 +181,7 @@ async fn the_child_environment_is_allow_listed() {
     use std::ffi::OsString;
     let dir = tempfile::tempdir().unwrap();
     let vars = vec![
-        (
-            OsString::from("PATH"),
-            OsString::from(std::env::var_os("PATH").unwrap()),
-        ),
+        (OsString::from("PATH"), std::env::var_os("PATH").unwrap()),
         (OsString::from("HOME"), OsString::from("/home/someone")),
         (OsString::from("LANG"), OsString::from("C.UTF-8")),
         (OsString::from("LD_PRELOAD"), OsString::from("/nope.so")),

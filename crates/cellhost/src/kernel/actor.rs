@@ -6,73 +6,30 @@
 //! that died while idle, and respawns lazily on the next cell, saying in
 //! the result why the state is gone.
 //!
-//! Output completeness without markers: the runner writes its reply only
-//! after its own writes to fds 1 and 2 have returned, so once the reply
-//! arrives every byte the cell wrote is already in the pipes. A
-//! non-blocking drain after the reply collects it all.
+//! Waiting for one cell lives in `wait.rs`; what the result says about
+//! the kernel's state is decided in `report.rs`.
 
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use cellhost_protocol::{CellResult, KernelInfo, Status, Truncated};
-use nix::sys::signal::Signal;
-use tokio::io::AsyncWriteExt;
-use tokio::net::unix::pipe;
+use cellhost_protocol::{CellResult, KernelInfo, Truncated};
 use tokio::sync::mpsc;
 
 use super::frame::Frame;
 use super::process::{private_dir, Exit, Process};
+use super::report::{self, Report, Vacancy};
+use super::wait::{discard, drain, pump, wait_for_cell, Outcome, Streams};
 use super::{Cell, Control, KernelError, KernelOptions, Observed, Request, SpawnError};
 use crate::interpreter::Interpreter;
 use crate::output::{Capture, Cleaner};
 
 const READ_CHUNK: usize = 64 * 1024;
-/// Reads per readiness event, so a flooding cell cannot starve the rest.
-const READS_PER_WAKE: usize = 16;
-
-/// Why there is no live process, and what the next cell must be told.
-#[derive(Debug, Clone)]
-enum Vacancy {
-    /// Reported already (ended, died in a cell, killed after a timeout):
-    /// the next cell only says it got a fresh kernel.
-    Reported(String),
-    /// Died while idle: nobody knows yet that the state is gone.
-    DiedIdle(Exit),
-    /// The caller asked for a reset.
-    Reset,
-}
-
 enum Slot {
     Live(Box<Process>),
     Vacant(Vacancy),
-}
-
-/// Why the runner is being asked to stop the cell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stop {
-    Timeout(Duration),
-    Interrupt,
-}
-
-/// How waiting for a cell ended.
-enum Outcome {
-    Reply(Frame),
-    Died(Exit),
-    KilledAfterGrace,
-    Broken(String),
-    ShutDown(tokio::sync::oneshot::Sender<()>),
-}
-
-/// One stream's reader state: the pipe hit EOF once every writer is gone.
-struct Streams {
-    out: Capture,
-    err: Capture,
-    out_eof: bool,
-    err_eof: bool,
-    ctrl_eof: bool,
 }
 
 pub(crate) struct Actor {
@@ -237,28 +194,7 @@ impl Actor {
             }
         }
         if let Slot::Vacant(why) = &self.slot {
-            let why = why.clone();
-            info.reused = false;
-            match why {
-                Vacancy::Reset => {
-                    info.state_reset = true;
-                    info.note = Some(
-                        "The kernel was reset as asked: earlier state was discarded and this cell ran in a fresh kernel."
-                            .into(),
-                    );
-                }
-                Vacancy::DiedIdle(exit) => {
-                    info.state_lost = true;
-                    info.note = Some(format!(
-                        "The previous kernel {} while idle, so its state was lost; this cell ran in a fresh kernel.",
-                        exit.describe()
-                    ));
-                }
-                Vacancy::Reported(why) if !why.is_empty() => {
-                    info.note = Some(format!("This cell ran in a fresh kernel: {why}"));
-                }
-                Vacancy::Reported(_) => {}
-            }
+            why.describe_fresh(&mut info);
             match Process::spawn(&self.opts, &self.python).await {
                 Ok(p) => {
                     self.observed.pid.store(p.pid, Ordering::Relaxed);
@@ -294,157 +230,43 @@ impl Actor {
         )
         .await;
 
-        let mut status = Status::Success;
-        let mut error: Option<String>;
-        let mut traceback = None;
-        let mut value = None;
-        let mut shutdown = None;
-        let stop_status = |stop: Option<Stop>| match stop {
-            Some(Stop::Timeout(_)) => Status::Timeout,
-            Some(Stop::Interrupt) => Status::Interrupted,
-            None => Status::Error,
-        };
-        let mut vacancy = None;
-        match outcome {
+        // Collect what is already in the pipes; after sys.exit() let the
+        // process finish exiting (atexit handlers) first.
+        match &outcome {
             Outcome::Reply(frame) => {
-                drain(proc, &mut self.streams, &mut self.buf);
-                value = frame.text("value");
-                error = frame.text("error");
-                traceback = frame.text("traceback");
-                match frame.text("status").as_deref() {
-                    Some("ok") => {}
-                    Some("error") => status = Status::Error,
-                    Some("interrupted") => {
-                        status = match stop {
-                            Some(Stop::Timeout(t)) => {
-                                error = Some(format!(
-                                    "Timeout: the cell ran longer than {} and was interrupted; the kernel and its state were kept",
-                                    human(t)
-                                ));
-                                Status::Timeout
-                            }
-                            _ => Status::Interrupted,
-                        }
-                    }
-                    Some("exit") => {
-                        let code = frame.int("exit_code").unwrap_or(0);
-                        if code != 0 {
-                            status = Status::Error;
-                            error = Some(format!("SystemExit: {code}"));
-                        }
-                        info.ended = true;
-                        info.note = Some(format!(
-                            "The kernel ended: the cell called sys.exit({code}). Its state is gone; the next cell starts a fresh kernel."
-                        ));
-                        // Let it finish exiting (atexit handlers), then reap.
-                        let _ =
-                            tokio::time::timeout(self.opts.teardown_grace, proc.child.wait()).await;
-                        drain(proc, &mut self.streams, &mut self.buf);
-                        vacancy = Some(Vacancy::Reported(
-                            "the previous kernel ended with sys.exit().".into(),
-                        ));
-                    }
-                    other => {
-                        status = Status::Error;
-                        error = Some(format!(
-                            "cellhost: the runner replied with an unknown status {other:?}"
-                        ));
-                    }
+                if frame.text("status").as_deref() == Some("exit") {
+                    let _ = tokio::time::timeout(self.opts.teardown_grace, proc.child.wait()).await;
                 }
-            }
-            Outcome::Died(exit) => {
                 drain(proc, &mut self.streams, &mut self.buf);
-                status = stop_status(stop);
-                let tail = self.streams.err.tail_text(400, &self.cleaner);
-                let last = tail
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("");
-                error = Some(if last.is_empty() {
-                    format!(
-                        "KernelDied: the kernel process {} during the cell",
-                        exit.describe()
-                    )
-                } else {
-                    format!(
-                        "KernelDied: the kernel process {} during the cell; stderr ended with: {}",
-                        exit.describe(),
-                        last.trim()
-                    )
-                });
-                info.state_lost = true;
-                info.note = Some(format!(
-                    "The kernel {} during this cell, so its state was lost; the next cell starts a fresh kernel.",
-                    exit.describe()
-                ));
-                vacancy = Some(Vacancy::Reported(format!(
-                    "the previous kernel {} during a cell.",
-                    exit.describe()
-                )));
             }
-            Outcome::KilledAfterGrace => {
-                drain(proc, &mut self.streams, &mut self.buf);
-                status = stop_status(stop);
-                let grace = human(self.opts.interrupt_grace);
-                error = Some(match stop {
-                    Some(Stop::Timeout(t)) => format!(
-                        "Timeout: the cell ran longer than {} and did not stop within {grace} of the interrupt, so the kernel was killed",
-                        human(t)
-                    ),
-                    _ => format!(
-                        "Interrupted: the cell did not stop within {grace} of the interrupt, so the kernel was killed"
-                    ),
-                });
-                info.state_lost = true;
-                info.note = Some(
-                    "The kernel was killed because the cell did not stop when interrupted, so its state was lost; the next cell starts a fresh kernel."
-                        .into(),
-                );
-                vacancy = Some(Vacancy::Reported(
-                    "the previous kernel was killed after an interrupt it ignored.".into(),
-                ));
+            Outcome::Died(_) | Outcome::KilledAfterGrace => {
+                drain(proc, &mut self.streams, &mut self.buf)
             }
-            Outcome::Broken(detail) => {
-                status = Status::Error;
-                error = Some(format!(
-                    "KernelProtocolError: {detail}; the kernel was killed"
-                ));
-                info.state_lost = true;
-                info.note = Some(
-                    "The kernel broke its control channel and was killed, so its state was lost; the next cell starts a fresh kernel."
-                        .into(),
-                );
-                vacancy = Some(Vacancy::Reported(
-                    "the previous kernel broke its control channel.".into(),
-                ));
-            }
-            Outcome::ShutDown(tx) => {
-                status = stop_status(stop);
-                error = Some("KernelShutdown: the kernel was shut down during the cell".into());
-                info.state_lost = true;
-                info.note =
-                    Some("The kernel was shut down during this cell; its state is gone.".into());
-                shutdown = Some(tx);
-            }
+            Outcome::Broken(_) | Outcome::ShutDown(_) => {}
         }
-        if let Some(v) = vacancy {
+        let stderr_tail = match outcome {
+            Outcome::Died(_) => self.streams.err.tail_text(400, &self.cleaner),
+            _ => String::new(),
+        };
+        let mut report = report::report(
+            &outcome,
+            stop,
+            &mut info,
+            self.opts.interrupt_grace,
+            &stderr_tail,
+        );
+        let shutdown = match outcome {
+            Outcome::ShutDown(tx) => Some(tx),
+            _ => None,
+        };
+        if let Some(v) = report.vacancy.take() {
             self.vacate(v).await;
         }
-        let result = self.finish(status, value, error, traceback, info, started);
-        (Ok(result), shutdown)
+        (Ok(self.finish(report, info, started)), shutdown)
     }
 
-    /// Turn the captures into the cleaned, bounded result fields.
-    fn finish(
-        &mut self,
-        status: Status,
-        value: Option<String>,
-        error: Option<String>,
-        traceback: Option<String>,
-        info: KernelInfo,
-        started: Instant,
-    ) -> CellResult {
+    /// Turn the captures and the report into the cleaned, bounded result.
+    fn finish(&mut self, report: Report, info: KernelInfo, started: Instant) -> CellResult {
         // Value, error and traceback: same cap and cleaning as the streams,
         // without a spill file (the runner already bounds them at 1 MiB).
         let limits = crate::output::OutputLimits {
@@ -458,35 +280,18 @@ impl Actor {
                 c.finish(&self.cleaner).text
             })
         };
-        let value = clean_field(value);
-        let error = clean_field(error);
-        let traceback = clean_field(traceback);
-        self.fresh_captures_swap(status, value, error, traceback, info, started)
-    }
-
-    fn fresh_captures_swap(
-        &mut self,
-        status: Status,
-        value: Option<String>,
-        error: Option<String>,
-        traceback: Option<String>,
-        info: KernelInfo,
-        started: Instant,
-    ) -> CellResult {
-        let out = std::mem::replace(
-            &mut self.streams.out,
-            Capture::new(&self.opts.output, PathBuf::new()),
-        );
-        let err = std::mem::replace(
-            &mut self.streams.err,
-            Capture::new(&self.opts.output, PathBuf::new()),
-        );
+        let value = clean_field(report.value);
+        let error = clean_field(report.error);
+        let traceback = clean_field(report.traceback);
+        // Output that arrives from now on belongs to the next cell.
+        let out = std::mem::replace(&mut self.streams.out, Capture::new(&limits, PathBuf::new()));
+        let err = std::mem::replace(&mut self.streams.err, Capture::new(&limits, PathBuf::new()));
         self.fresh_captures();
         let out = out.finish(&self.cleaner);
         let err = err.finish(&self.cleaner);
         let spill_path = self.write_spill(&info, out.full.as_deref(), err.full.as_deref());
         CellResult {
-            status,
+            status: report.status,
             stdout: out.text,
             stderr: err.text,
             value,
@@ -505,7 +310,9 @@ impl Actor {
     }
 
     /// Write the full text of cut streams next to the session (not in the
-    /// kernel's staging dir), owner-only.
+    /// kernel's staging dir), owner-only. Whatever sits at the path is
+    /// unlinked first and the file is created exclusively, so a planted
+    /// symlink is never followed.
     fn write_spill(
         &self,
         info: &KernelInfo,
@@ -526,225 +333,18 @@ impl Actor {
             use std::io::Write;
             use std::os::unix::fs::OpenOptionsExt;
             private_dir(&self.opts.spill_dir)?;
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
                 .mode(0o600)
                 .open(&path)?;
             f.write_all(text.as_bytes())
         };
         write().ok().map(|()| path.display().to_string())
-    }
-}
-
-/// Send the request and wait for the cell to settle, enforcing the
-/// timeout (SIGINT, then kill after `grace`) and handling interrupts.
-async fn wait_for_cell(
-    proc: &mut Process,
-    s: &mut Streams,
-    buf: &mut [u8],
-    request: Vec<u8>,
-    timeout: Option<Duration>,
-    grace: Duration,
-    control: &mut mpsc::UnboundedReceiver<Control>,
-) -> (Outcome, Option<Stop>) {
-    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-    let mut stop: Option<Stop> = None;
-    let mut kill_at: Option<tokio::time::Instant> = None;
-
-    // Send the cell. write_all is not cancel safe, but if it is cancelled
-    // the kernel is killed anyway.
-    let send = async {
-        let r = proc.ctrl_tx.write_all(&request).await;
-        drop(request);
-        r
-    };
-    let sent = tokio::select! {
-        r = send => r.map_err(|e| format!("failed to send the cell: {e}")),
-        status = proc.child.wait() => {
-            let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
-            proc.exited = Some(exit);
-            return (Outcome::Died(exit), None);
-        }
-        () = sleep_until_opt(deadline) => Err("the kernel did not accept the cell before its timeout".into()),
-    };
-    if let Err(detail) = sent {
-        // A runner that died just now closes its pipe: report the death.
-        if let Ok(Ok(status)) =
-            tokio::time::timeout(Duration::from_secs(1), proc.child.wait()).await
-        {
-            let exit = Exit::from_status(status);
-            proc.exited = Some(exit);
-            return (Outcome::Died(exit), None);
-        }
-        proc.kill_now().await;
-        return (Outcome::Broken(detail), timeout.map(Stop::Timeout));
-    }
-
-    loop {
-        let wake = match (stop, kill_at) {
-            (_, Some(k)) => Some(k),
-            (None, None) => deadline,
-            (Some(_), None) => None,
-        };
-        tokio::select! {
-            r = proc.ctrl_rx.readable(), if !s.ctrl_eof => {
-                if r.is_err() {
-                    s.ctrl_eof = true;
-                    continue;
-                }
-                match proc.ctrl_rx.try_read(buf) {
-                    Ok(0) => s.ctrl_eof = true,
-                    Ok(n) => {
-                        proc.frames.extend(&buf[..n]);
-                        match proc.frames.next_frame() {
-                            Ok(Some(frame)) if frame.text("op").as_deref() == Some("done") => {
-                                return (Outcome::Reply(frame), stop);
-                            }
-                            Ok(Some(_)) => {
-                                proc.kill_now().await;
-                                return (Outcome::Broken("unexpected control frame".into()), stop);
-                            }
-                            Err(e) => {
-                                proc.kill_now().await;
-                                return (Outcome::Broken(format!("bad control frame: {e}")), stop);
-                            }
-                            Ok(None) => {}
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(_) => s.ctrl_eof = true,
-                }
-            }
-            r = proc.stdout.readable(), if !s.out_eof => {
-                if r.is_err() || pump(&proc.stdout, buf, &mut s.out) { s.out_eof = true; }
-            }
-            r = proc.stderr.readable(), if !s.err_eof => {
-                if r.is_err() || pump(&proc.stderr, buf, &mut s.err) { s.err_eof = true; }
-            }
-            status = proc.child.wait() => {
-                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
-                proc.exited = Some(exit);
-                return (Outcome::Died(exit), stop);
-            }
-            () = sleep_until_opt(wake) => {
-                if kill_at.is_some() {
-                    proc.kill_now().await;
-                    return (Outcome::KilledAfterGrace, stop);
-                }
-                // The deadline passed: interrupt first, kill only if needed.
-                stop = timeout.map(Stop::Timeout);
-                proc.signal(Signal::SIGINT);
-                kill_at = Some(tokio::time::Instant::now() + grace);
-            }
-            ctl = control.recv() => match ctl {
-                Some(Control::Interrupt(tx)) => {
-                    if stop.is_none() {
-                        stop = Some(Stop::Interrupt);
-                        proc.signal(Signal::SIGINT);
-                        kill_at = Some(tokio::time::Instant::now() + grace);
-                    } else {
-                        // A repeated interrupt: signal again, keep the
-                        // original deadline for the kill.
-                        proc.signal(Signal::SIGINT);
-                    }
-                    let _ = tx.send(true);
-                }
-                Some(Control::Shutdown(tx)) => {
-                    proc.kill_now().await;
-                    return (Outcome::ShutDown(tx), stop);
-                }
-                None => {
-                    // Every handle is gone: nobody will read the result.
-                    proc.kill_now().await;
-                    return (Outcome::Broken("all kernel handles were dropped".into()), stop);
-                }
-            },
-        }
-    }
-}
-
-async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// Read what is available into `sink`. Returns `true` at EOF.
-fn pump(rx: &pipe::Receiver, buf: &mut [u8], sink: &mut Capture) -> bool {
-    for _ in 0..READS_PER_WAKE {
-        match rx.try_read(buf) {
-            Ok(0) => return true,
-            Ok(n) => sink.push(&buf[..n]),
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(_) => return true,
-        }
-    }
-    false
-}
-
-fn discard(rx: &pipe::Receiver, buf: &mut [u8]) -> bool {
-    loop {
-        match rx.try_read(buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(_) => return true,
-        }
-    }
-}
-
-/// After the reply: collect everything already in the pipes. Bounded, so
-/// a leftover background writer cannot keep us here.
-fn drain(proc: &Process, s: &mut Streams, buf: &mut [u8]) {
-    for _ in 0..64 {
-        let out_done = s.out_eof || {
-            let eof = pump_once(&proc.stdout, buf, &mut s.out);
-            s.out_eof |= eof == Some(true);
-            eof.is_some()
-        };
-        let err_done = s.err_eof || {
-            let eof = pump_once(&proc.stderr, buf, &mut s.err);
-            s.err_eof |= eof == Some(true);
-            eof.is_some()
-        };
-        if out_done && err_done {
-            return;
-        }
-    }
-}
-
-/// One read: `Some(true)` at EOF, `Some(false)` when empty, `None` when it
-/// got bytes (there may be more).
-///
-/// This is a direct `read(2)` on the non-blocking fd, not `try_read`:
-/// tokio's `try_read` answers `WouldBlock` without a syscall when its
-/// reactor has not yet seen the readiness event, which would lose bytes
-/// that are already in the pipe.
-fn pump_once(rx: &pipe::Receiver, buf: &mut [u8], sink: &mut Capture) -> Option<bool> {
-    use std::os::fd::AsFd;
-    match nix::unistd::read(rx.as_fd(), buf) {
-        Ok(0) => Some(true),
-        Ok(n) => {
-            sink.push(&buf[..n]);
-            None
-        }
-        Err(nix::errno::Errno::EAGAIN) => Some(false),
-        Err(nix::errno::Errno::EINTR) => None,
-        Err(_) => Some(true),
-    }
-}
-
-/// `2s`, `1.5s`, `250ms`.
-fn human(d: Duration) -> String {
-    if d.as_millis() % 1000 == 0 {
-        format!("{}s", d.as_secs())
-    } else if d < Duration::from_secs(1) {
-        format!("{}ms", d.as_millis())
-    } else {
-        format!("{:.1}s", d.as_secs_f64())
     }
 }

@@ -4,14 +4,17 @@
 //! `actor.rs`) owns the process, its pipes and its output captures;
 //! handles send it messages. Cells run one at a time in arrival order.
 //!
-//! The process side lives in `process.rs` (spawn, teardown), the control
-//! frames in `frame.rs`, Unix plumbing in `unix.rs`, and the Python runner
-//! in `src/runner/runner.py`.
+//! The process side lives in `process.rs` (spawn, teardown), waiting for a
+//! cell in `wait.rs`, what results say about state in `report.rs`, the
+//! control frames in `frame.rs`, Unix plumbing in `unix.rs`, and the Python
+//! runner in `src/runner/runner.py`.
 
 mod actor;
 pub(crate) mod frame;
 mod process;
+mod report;
 mod unix;
+mod wait;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};

@@ -275,6 +275,7 @@ class Runner:
             if not isinstance(code, int):
                 try:
                     print(code, file=sys.stderr)
+                    reply["error"] = _cap("SystemExit: %s" % (code,), MAX_VALUE)
                 except Exception:
                     pass
                 code = 1

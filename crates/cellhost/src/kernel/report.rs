@@ -1,0 +1,283 @@
+//! What a result says about a cell's end and the kernel's state.
+//!
+//! Every sentence a caller reads about state (kept, reset, lost, ended)
+//! is written here, from how waiting for the cell ended ([`Outcome`]) or
+//! why the previous process is gone ([`Vacancy`]).
+
+use std::time::Duration;
+
+use cellhost_protocol::{KernelInfo, Status};
+
+use super::process::Exit;
+use super::wait::{Outcome, Stop};
+
+/// Why there is no live process, and what the next cell must be told.
+#[derive(Debug, Clone)]
+pub(super) enum Vacancy {
+    /// Already reported by the cell that saw it (ended, died in a cell,
+    /// killed after a timeout): the next cell only says it got a fresh
+    /// kernel, and why. Empty: nothing to say (shutdown).
+    Reported(String),
+    /// Died while idle: nobody knows yet that the state is gone.
+    DiedIdle(Exit),
+    /// The caller asked for a reset.
+    Reset,
+}
+
+impl Vacancy {
+    /// Flags and note for the first cell of the fresh kernel that replaces
+    /// the vacated one.
+    pub(super) fn describe_fresh(&self, info: &mut KernelInfo) {
+        info.reused = false;
+        match self {
+            Vacancy::Reset => {
+                info.state_reset = true;
+                info.note = Some(
+                    "The kernel was reset as asked: earlier state was discarded and this cell ran in a fresh kernel."
+                        .into(),
+                );
+            }
+            Vacancy::DiedIdle(exit) => {
+                info.state_lost = true;
+                info.note = Some(format!(
+                    "The previous kernel {} while idle, so its state was lost; this cell ran in a fresh kernel.",
+                    exit.describe()
+                ));
+            }
+            Vacancy::Reported(why) if !why.is_empty() => {
+                info.note = Some(format!("This cell ran in a fresh kernel: {why}"));
+            }
+            Vacancy::Reported(_) => {}
+        }
+    }
+}
+
+/// The parts of a cell result decided by how the cell ended.
+pub(super) struct Report {
+    pub status: Status,
+    pub value: Option<String>,
+    pub error: Option<String>,
+    pub traceback: Option<String>,
+    /// The process is gone (or must go) after this cell, and why.
+    pub vacancy: Option<Vacancy>,
+}
+
+/// Describe how the cell ended; sets `info`'s state flags and note.
+/// `stderr_tail` is the end of the cell's stderr, quoted when the kernel
+/// died.
+pub(super) fn report(
+    outcome: &Outcome,
+    stop: Option<Stop>,
+    info: &mut KernelInfo,
+    interrupt_grace: Duration,
+    stderr_tail: &str,
+) -> Report {
+    let mut r = Report {
+        status: Status::Success,
+        value: None,
+        error: None,
+        traceback: None,
+        vacancy: None,
+    };
+    let stopped_status = match stop {
+        Some(Stop::Timeout(_)) => Status::Timeout,
+        Some(Stop::Interrupt) => Status::Interrupted,
+        None => Status::Error,
+    };
+    let lost = |info: &mut KernelInfo, note: String, next: String| {
+        info.state_lost = true;
+        info.note = Some(note);
+        Some(Vacancy::Reported(next))
+    };
+    match outcome {
+        Outcome::Reply(frame) => {
+            r.value = frame.text("value");
+            r.error = frame.text("error");
+            r.traceback = frame.text("traceback");
+            match frame.text("status").as_deref() {
+                Some("ok") => {}
+                Some("error") => r.status = Status::Error,
+                Some("interrupted") => {
+                    r.status = match stop {
+                        Some(Stop::Timeout(t)) => {
+                            r.error = Some(format!(
+                                "Timeout: the cell ran longer than {} and was interrupted; the kernel and its state were kept",
+                                human(t)
+                            ));
+                            Status::Timeout
+                        }
+                        _ => Status::Interrupted,
+                    }
+                }
+                Some("exit") => {
+                    let code = frame.int("exit_code").unwrap_or(0);
+                    if code != 0 {
+                        r.status = Status::Error;
+                        r.error = r.error.take().or(Some(format!("SystemExit: {code}")));
+                    }
+                    info.ended = true;
+                    info.note = Some(format!(
+                        "The kernel ended: the cell called sys.exit({code}). Its state is gone; the next cell starts a fresh kernel."
+                    ));
+                    r.vacancy = Some(Vacancy::Reported(
+                        "the previous kernel ended with sys.exit().".into(),
+                    ));
+                }
+                other => {
+                    r.status = Status::Error;
+                    r.error = Some(format!(
+                        "cellhost: the runner replied with an unknown status {other:?}"
+                    ));
+                }
+            }
+        }
+        Outcome::Died(exit) => {
+            r.status = stopped_status;
+            let how = exit.describe();
+            let last = stderr_tail
+                .lines()
+                .rev()
+                .map(str::trim)
+                .find(|l| !l.is_empty());
+            r.error = Some(match last {
+                None => format!("KernelDied: the kernel process {how} during the cell"),
+                Some(last) => format!(
+                    "KernelDied: the kernel process {how} during the cell; stderr ended with: {last}"
+                ),
+            });
+            r.vacancy = lost(
+                info,
+                format!("The kernel {how} during this cell, so its state was lost; the next cell starts a fresh kernel."),
+                format!("the previous kernel {how} during a cell."),
+            );
+        }
+        Outcome::KilledAfterGrace => {
+            r.status = stopped_status;
+            let grace = human(interrupt_grace);
+            r.error = Some(match stop {
+                Some(Stop::Timeout(t)) => format!(
+                    "Timeout: the cell ran longer than {} and did not stop within {grace} of the interrupt, so the kernel was killed",
+                    human(t)
+                ),
+                _ => format!(
+                    "Interrupted: the cell did not stop within {grace} of the interrupt, so the kernel was killed"
+                ),
+            });
+            r.vacancy = lost(
+                info,
+                "The kernel was killed because the cell did not stop when interrupted, so its state was lost; the next cell starts a fresh kernel.".into(),
+                "the previous kernel was killed after an interrupt it ignored.".into(),
+            );
+        }
+        Outcome::Broken(detail) => {
+            r.status = Status::Error;
+            r.error = Some(format!(
+                "KernelProtocolError: {detail}; the kernel was killed"
+            ));
+            r.vacancy = lost(
+                info,
+                "The kernel broke its control channel and was killed, so its state was lost; the next cell starts a fresh kernel.".into(),
+                "the previous kernel broke its control channel.".into(),
+            );
+        }
+        Outcome::ShutDown(_) => {
+            r.status = stopped_status;
+            r.error = Some("KernelShutdown: the kernel was shut down during the cell".into());
+            info.state_lost = true;
+            info.note =
+                Some("The kernel was shut down during this cell; its state is gone.".into());
+        }
+    }
+    r
+}
+
+/// `2s`, `1.5s`, `250ms`.
+pub(super) fn human(d: Duration) -> String {
+    if d.as_millis().is_multiple_of(1000) {
+        format!("{}s", d.as_secs())
+    } else if d < Duration::from_secs(1) {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{:.1}s", d.as_secs_f64())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kernel::frame::Frame;
+
+    fn run(outcome: Outcome, stop: Option<Stop>) -> (Report, KernelInfo) {
+        let mut info = KernelInfo::default();
+        let r = report(
+            &outcome,
+            stop,
+            &mut info,
+            Duration::from_secs(2),
+            "boom\n\n",
+        );
+        (r, info)
+    }
+
+    #[test]
+    fn an_interrupted_reply_after_a_timeout_is_a_timeout_with_state_kept() {
+        let f = Frame::new()
+            .with("status", "interrupted")
+            .with("error", "KeyboardInterrupt");
+        let (r, info) = run(
+            Outcome::Reply(f),
+            Some(Stop::Timeout(Duration::from_millis(1500))),
+        );
+        assert_eq!(r.status, Status::Timeout);
+        assert!(r.error.unwrap().contains("longer than 1.5s"));
+        assert!(!info.state_lost && info.note.is_none() && r.vacancy.is_none());
+    }
+
+    #[test]
+    fn a_death_quotes_the_last_stderr_line_and_loses_state() {
+        let (r, info) = run(Outcome::Died(Exit::Signal(11)), None);
+        assert_eq!(r.status, Status::Error);
+        let e = r.error.unwrap();
+        assert!(
+            e.contains("SIGSEGV") && e.ends_with("stderr ended with: boom"),
+            "{e}"
+        );
+        assert!(info.state_lost);
+        assert!(matches!(r.vacancy, Some(Vacancy::Reported(_))));
+    }
+
+    #[test]
+    fn a_kill_after_the_grace_keeps_the_stop_reason_as_status() {
+        let (r, info) = run(Outcome::KilledAfterGrace, Some(Stop::Interrupt));
+        assert_eq!(r.status, Status::Interrupted);
+        assert!(r.error.unwrap().contains("within 2s"));
+        assert!(info.state_lost);
+    }
+
+    #[test]
+    fn sys_exit_zero_is_success_and_ends_the_kernel() {
+        let f = Frame::new().with("status", "exit").with("exit_code", "0");
+        let (r, info) = run(Outcome::Reply(f), None);
+        assert_eq!(r.status, Status::Success);
+        assert!(info.ended && !info.state_lost);
+        assert!(r.vacancy.is_some());
+    }
+
+    #[test]
+    fn a_fresh_kernel_after_an_idle_death_reports_the_loss() {
+        let mut info = KernelInfo {
+            reused: true,
+            ..KernelInfo::default()
+        };
+        Vacancy::DiedIdle(Exit::Signal(9)).describe_fresh(&mut info);
+        assert!(info.state_lost && !info.reused);
+        assert!(info.note.unwrap().contains("SIGKILL"));
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(human(Duration::from_secs(2)), "2s");
+        assert_eq!(human(Duration::from_millis(250)), "250ms");
+        assert_eq!(human(Duration::from_millis(1500)), "1.5s");
+    }
+}

@@ -1,0 +1,249 @@
+//! Waiting for one cell: sending it, reading its output, enforcing the
+//! timeout (SIGINT first, kill after the grace), handling interrupts, and
+//! draining the pipes once the runner has replied.
+//!
+//! Output completeness without markers: the runner writes its reply only
+//! after its own writes to fds 1 and 2 have returned, so once the reply
+//! arrives every byte the cell wrote is already in the pipes. A
+//! non-blocking drain after the reply collects it all.
+
+use std::io;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::io::AsyncWriteExt;
+use tokio::net::unix::pipe;
+use tokio::sync::mpsc;
+
+use super::frame::Frame;
+use super::process::{Exit, Process};
+use super::Control;
+use crate::output::Capture;
+
+/// Reads per readiness event, so a flooding cell cannot starve the rest.
+const READS_PER_WAKE: usize = 16;
+
+/// Why the runner is being asked to stop the cell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    Timeout(Duration),
+    Interrupt,
+}
+
+/// How waiting for a cell ended.
+pub(super) enum Outcome {
+    Reply(Frame),
+    Died(Exit),
+    KilledAfterGrace,
+    Broken(String),
+    ShutDown(tokio::sync::oneshot::Sender<()>),
+}
+
+/// One stream's reader state: the pipe hit EOF once every writer is gone.
+pub(super) struct Streams {
+    pub out: Capture,
+    pub err: Capture,
+    pub out_eof: bool,
+    pub err_eof: bool,
+    pub ctrl_eof: bool,
+}
+
+/// Send the request and wait for the cell to settle, enforcing the
+/// timeout (SIGINT, then kill after `grace`) and handling interrupts.
+pub(super) async fn wait_for_cell(
+    proc: &mut Process,
+    s: &mut Streams,
+    buf: &mut [u8],
+    request: Vec<u8>,
+    timeout: Option<Duration>,
+    grace: Duration,
+    control: &mut mpsc::UnboundedReceiver<Control>,
+) -> (Outcome, Option<Stop>) {
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut stop: Option<Stop> = None;
+    let mut kill_at: Option<tokio::time::Instant> = None;
+
+    // Send the cell. write_all is not cancel safe, but if it is cancelled
+    // the kernel is killed anyway.
+    let send = async {
+        let r = proc.ctrl_tx.write_all(&request).await;
+        drop(request);
+        r
+    };
+    let sent = tokio::select! {
+        r = send => r.map_err(|e| format!("failed to send the cell: {e}")),
+        status = proc.child.wait() => {
+            let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
+            proc.exited = Some(exit);
+            return (Outcome::Died(exit), None);
+        }
+        () = sleep_until_opt(deadline) => Err("the kernel did not accept the cell before its timeout".into()),
+    };
+    if let Err(detail) = sent {
+        // A runner that died just now closes its pipe: report the death.
+        if let Ok(Ok(status)) =
+            tokio::time::timeout(Duration::from_secs(1), proc.child.wait()).await
+        {
+            let exit = Exit::from_status(status);
+            proc.exited = Some(exit);
+            return (Outcome::Died(exit), None);
+        }
+        proc.kill_now().await;
+        return (Outcome::Broken(detail), timeout.map(Stop::Timeout));
+    }
+
+    loop {
+        let wake = match (stop, kill_at) {
+            (_, Some(k)) => Some(k),
+            (None, None) => deadline,
+            (Some(_), None) => None,
+        };
+        tokio::select! {
+            r = proc.ctrl_rx.readable(), if !s.ctrl_eof => {
+                if r.is_err() {
+                    s.ctrl_eof = true;
+                    continue;
+                }
+                match proc.ctrl_rx.try_read(buf) {
+                    Ok(0) => s.ctrl_eof = true,
+                    Ok(n) => {
+                        proc.frames.extend(&buf[..n]);
+                        match proc.frames.next_frame() {
+                            Ok(Some(frame)) if frame.text("op").as_deref() == Some("done") => {
+                                return (Outcome::Reply(frame), stop);
+                            }
+                            Ok(Some(_)) => {
+                                proc.kill_now().await;
+                                return (Outcome::Broken("unexpected control frame".into()), stop);
+                            }
+                            Err(e) => {
+                                proc.kill_now().await;
+                                return (Outcome::Broken(format!("bad control frame: {e}")), stop);
+                            }
+                            Ok(None) => {}
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => s.ctrl_eof = true,
+                }
+            }
+            r = proc.stdout.readable(), if !s.out_eof => {
+                if r.is_err() || pump(&proc.stdout, buf, &mut s.out) { s.out_eof = true; }
+            }
+            r = proc.stderr.readable(), if !s.err_eof => {
+                if r.is_err() || pump(&proc.stderr, buf, &mut s.err) { s.err_eof = true; }
+            }
+            status = proc.child.wait() => {
+                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
+                proc.exited = Some(exit);
+                return (Outcome::Died(exit), stop);
+            }
+            () = sleep_until_opt(wake) => {
+                if kill_at.is_some() {
+                    proc.kill_now().await;
+                    return (Outcome::KilledAfterGrace, stop);
+                }
+                // The deadline passed: interrupt first, kill only if needed.
+                stop = timeout.map(Stop::Timeout);
+                proc.signal(Signal::SIGINT);
+                kill_at = Some(tokio::time::Instant::now() + grace);
+            }
+            ctl = control.recv() => match ctl {
+                Some(Control::Interrupt(tx)) => {
+                    if stop.is_none() {
+                        stop = Some(Stop::Interrupt);
+                        proc.signal(Signal::SIGINT);
+                        kill_at = Some(tokio::time::Instant::now() + grace);
+                    } else {
+                        // A repeated interrupt: signal again, keep the
+                        // original deadline for the kill.
+                        proc.signal(Signal::SIGINT);
+                    }
+                    let _ = tx.send(true);
+                }
+                Some(Control::Shutdown(tx)) => {
+                    proc.kill_now().await;
+                    return (Outcome::ShutDown(tx), stop);
+                }
+                None => {
+                    // Every handle is gone: nobody will read the result.
+                    proc.kill_now().await;
+                    return (Outcome::Broken("all kernel handles were dropped".into()), stop);
+                }
+            },
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Read what is available into `sink`. Returns `true` at EOF.
+pub(super) fn pump(rx: &pipe::Receiver, buf: &mut [u8], sink: &mut Capture) -> bool {
+    for _ in 0..READS_PER_WAKE {
+        match rx.try_read(buf) {
+            Ok(0) => return true,
+            Ok(n) => sink.push(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+pub(super) fn discard(rx: &pipe::Receiver, buf: &mut [u8]) -> bool {
+    loop {
+        match rx.try_read(buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// After the reply: collect everything already in the pipes. Bounded, so
+/// a leftover background writer cannot keep us here.
+pub(super) fn drain(proc: &Process, s: &mut Streams, buf: &mut [u8]) {
+    for _ in 0..64 {
+        let out_done = s.out_eof || {
+            let eof = pump_once(&proc.stdout, buf, &mut s.out);
+            s.out_eof |= eof == Some(true);
+            eof.is_some()
+        };
+        let err_done = s.err_eof || {
+            let eof = pump_once(&proc.stderr, buf, &mut s.err);
+            s.err_eof |= eof == Some(true);
+            eof.is_some()
+        };
+        if out_done && err_done {
+            return;
+        }
+    }
+}
+
+/// One read: `Some(true)` at EOF, `Some(false)` when empty, `None` when it
+/// got bytes (there may be more).
+///
+/// This is a direct `read(2)` on the non-blocking fd, not `try_read`:
+/// tokio's `try_read` answers `WouldBlock` without a syscall when its
+/// reactor has not yet seen the readiness event, which would lose bytes
+/// that are already in the pipe.
+fn pump_once(rx: &pipe::Receiver, buf: &mut [u8], sink: &mut Capture) -> Option<bool> {
+    use std::os::fd::AsFd;
+    match nix::unistd::read(rx.as_fd(), buf) {
+        Ok(0) => Some(true),
+        Ok(n) => {
+            sink.push(&buf[..n]);
+            None
+        }
+        Err(nix::errno::Errno::EAGAIN) => Some(false),
+        Err(nix::errno::Errno::EINTR) => None,
+        Err(_) => Some(true),
+    }
+}
