@@ -250,11 +250,22 @@ fn ctrl_c_interrupts_the_running_cell_and_stops_the_run() {
 /// The kernel dies with its host, by any means, even mid-cell.
 #[test]
 fn the_kernel_dies_within_a_second_when_its_host_is_sigkilled_mid_cell() {
+    kernel_dies_with_its_host("while True:\n    pass\n");
+}
+
+/// A cell busy in C code holds the GIL, so no Python thread can run: the
+/// kernel must still die with its host.
+#[test]
+fn the_kernel_dies_with_its_host_even_while_c_code_holds_the_gil() {
+    kernel_dies_with_its_host("sum(range(10**13))\n");
+}
+
+fn kernel_dies_with_its_host(busy_cell: &str) {
     let dir = tempfile::tempdir().unwrap();
     let p = script(
         dir.path(),
         "a.py",
-        "# %%\nimport os, subprocess\nchild = subprocess.Popen(['sleep', '1000'])\nprint(os.getpid(), child.pid)\n# %%\nwhile True:\n    pass\n",
+        &format!("# %%\nimport os, subprocess\nchild = subprocess.Popen(['sleep', '1000'])\nprint(os.getpid(), child.pid)\n# %%\n{busy_cell}"),
     );
     let mut host = cellhost()
         .args(["run", "--json", p.to_str().unwrap()])

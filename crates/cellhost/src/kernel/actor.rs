@@ -193,42 +193,56 @@ impl Actor {
                 self.vacate(Vacancy::DiedIdle(exit)).await;
             }
         }
-        if let Slot::Vacant(why) = &self.slot {
-            why.describe_fresh(&mut info);
-            match Process::spawn(&self.opts, &self.python).await {
-                Ok(p) => {
-                    self.observed.pid.store(p.pid, Ordering::Relaxed);
-                    self.slot = Slot::Live(Box::new(p));
-                    self.streams.out_eof = false;
-                    self.streams.err_eof = false;
-                    self.streams.ctrl_eof = false;
-                }
-                Err(e) => return (Err(e.into()), None),
-            }
-        }
-        let Slot::Live(proc) = &mut self.slot else {
-            unreachable!("a live process was just ensured")
-        };
-        proc.execution_count += 1;
-        info.id = proc.id.clone();
-        info.pid = Some(proc.pid);
-        info.execution_count = proc.execution_count;
-
         let timeout = cell.timeout.or(self.opts.default_timeout);
         let request = Frame::new()
             .with("op", "exec")
             .with("code", cell.code.into_bytes())
             .encode();
-        let (outcome, stop) = wait_for_cell(
-            proc,
-            &mut self.streams,
-            &mut self.buf,
-            request,
-            timeout,
-            self.opts.interrupt_grace,
-            control,
-        )
-        .await;
+        let mut delivered_once = false;
+        let (outcome, stop) = loop {
+            if let Slot::Vacant(why) = &self.slot {
+                why.describe_fresh(&mut info);
+                match Process::spawn(&self.opts, &self.python).await {
+                    Ok(p) => {
+                        self.observed.pid.store(p.pid, Ordering::Relaxed);
+                        self.slot = Slot::Live(Box::new(p));
+                        self.streams.out_eof = false;
+                        self.streams.err_eof = false;
+                        self.streams.ctrl_eof = false;
+                    }
+                    Err(e) => return (Err(e.into()), None),
+                }
+            }
+            let Slot::Live(proc) = &mut self.slot else {
+                unreachable!("a live process was just ensured")
+            };
+            proc.execution_count += 1;
+            info.id = proc.id.clone();
+            info.pid = Some(proc.pid);
+            info.execution_count = proc.execution_count;
+            let waited = wait_for_cell(
+                proc,
+                &mut self.streams,
+                &mut self.buf,
+                &request,
+                timeout,
+                self.opts.interrupt_grace,
+                control,
+            )
+            .await;
+            match waited {
+                // It died between cells and we only noticed on sending: the
+                // cell never ran, so run it in a fresh kernel (once).
+                (Outcome::NotDelivered(exit), _) if !delivered_once => {
+                    delivered_once = true;
+                    self.vacate(Vacancy::DiedIdle(exit)).await;
+                }
+                other => break other,
+            }
+        };
+        let Slot::Live(proc) = &mut self.slot else {
+            unreachable!("the process is vacated only below")
+        };
 
         // Collect what is already in the pipes; after sys.exit() let the
         // process finish exiting (atexit handlers) first.
@@ -239,13 +253,15 @@ impl Actor {
                 }
                 drain(proc, &mut self.streams, &mut self.buf);
             }
-            Outcome::Died(_) | Outcome::KilledAfterGrace => {
+            Outcome::Died(_) | Outcome::NotDelivered(_) | Outcome::KilledAfterGrace => {
                 drain(proc, &mut self.streams, &mut self.buf)
             }
             Outcome::Broken(_) | Outcome::ShutDown(_) => {}
         }
         let stderr_tail = match outcome {
-            Outcome::Died(_) => self.streams.err.tail_text(400, &self.cleaner),
+            Outcome::Died(_) | Outcome::NotDelivered(_) => {
+                self.streams.err.tail_text(400, &self.cleaner)
+            }
             _ => String::new(),
         };
         let mut report = report::report(

@@ -55,9 +55,14 @@ pub(crate) struct Process {
     pub frames: FrameReader,
     pub stdout: pipe::Receiver,
     pub stderr: pipe::Receiver,
-    /// Our end of the death pipe: the runner sees EOF when we drop it or
-    /// when this process dies by any means.
+    /// Our end of the death pipe: the runner and its watcher see EOF when
+    /// we drop it or when this process dies by any means.
     _death: std::os::fd::OwnedFd,
+    /// A tiny `sh` that kills the runner's group when the death pipe
+    /// closes. The runner's own watcher thread needs the GIL, which a cell
+    /// busy in C code (`sum(range(10**12))`) never releases; this one does
+    /// not depend on the runner at all.
+    watcher: Option<tokio::process::Child>,
     staging: PathBuf,
     pub execution_count: u64,
     /// Set once the child has been reaped.
@@ -135,8 +140,7 @@ impl Process {
         let (err_r, err_w) = unix::pipe().map_err(io("create the stderr pipe"))?;
 
         let mut cmd = tokio::process::Command::new(python);
-        cmd.arg("-u")
-            .arg(script)
+        cmd.arg(script)
             .env_clear()
             .envs(opts.env.vars.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -159,8 +163,9 @@ impl Process {
             python: python.to_path_buf(),
             err,
         })?;
-        drop((req_r, rep_w, death_r));
+        drop((req_r, rep_w));
         let pid = child.id().expect("a just-spawned child has a pid");
+        let watcher = spawn_watcher(pid, death_r);
 
         let ctrl_tx = pipe::Sender::from_owned_fd(req_w).map_err(io("watch the request pipe"))?;
         let ctrl_rx = pipe::Receiver::from_owned_fd(rep_r).map_err(io("watch the reply pipe"))?;
@@ -176,6 +181,7 @@ impl Process {
             stdout,
             stderr,
             _death: death_w,
+            watcher,
             staging,
             execution_count: 0,
             exited: None,
@@ -270,6 +276,12 @@ impl Process {
 
     /// SIGKILL the whole group and reap the runner.
     pub(crate) async fn kill_now(&mut self) {
+        // The watcher first: once the group is gone its pgid could be
+        // reused, and the watcher must never signal a stranger.
+        if let Some(mut w) = self.watcher.take() {
+            let _ = w.start_kill();
+            let _ = w.wait().await;
+        }
         unix::signal_group(self.pgid(), Signal::SIGKILL);
         if self.exited.is_none() {
             let status = self.child.wait().await;
@@ -292,6 +304,25 @@ impl Drop for Process {
         }
         let _ = std::fs::remove_dir_all(&self.staging);
     }
+}
+
+/// Start the death-pipe watcher for the group `pgid`: it blocks reading
+/// the pipe and SIGKILLs the group at EOF. It has its own session, so a
+/// terminal's Ctrl-C never reaches it. Best effort: without `/bin/sh` the
+/// runner's own watcher thread still covers most cases.
+fn spawn_watcher(pgid: u32, death_r: std::os::fd::OwnedFd) -> Option<tokio::process::Child> {
+    let mut cmd = tokio::process::Command::new("/bin/sh");
+    cmd.args(["-c", "read -r _; kill -KILL \"-$0\"", &pgid.to_string()])
+        .env_clear()
+        .stdin(Stdio::from(death_r))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true);
+    // SAFETY: child_setup only calls async-signal-safe functions.
+    unsafe {
+        cmd.pre_exec(|| unix::child_setup(&[]));
+    }
+    cmd.spawn().ok()
 }
 
 fn check_version(hello: &Frame) -> Result<(), SpawnError> {

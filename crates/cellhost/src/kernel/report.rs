@@ -131,7 +131,7 @@ pub(super) fn report(
                 }
             }
         }
-        Outcome::Died(exit) => {
+        Outcome::Died(exit) | Outcome::NotDelivered(exit) => {
             r.status = stopped_status;
             let how = exit.describe();
             let last = stderr_tail

@@ -32,6 +32,9 @@ pub(super) enum Stop {
 
 /// How waiting for a cell ended.
 pub(super) enum Outcome {
+    /// The runner was already dead when the cell was sent: the cell never
+    /// ran, so it can run in a fresh kernel.
+    NotDelivered(Exit),
     Reply(Frame),
     Died(Exit),
     KilledAfterGrace,
@@ -54,7 +57,7 @@ pub(super) async fn wait_for_cell(
     proc: &mut Process,
     s: &mut Streams,
     buf: &mut [u8],
-    request: Vec<u8>,
+    request: &[u8],
     timeout: Option<Duration>,
     grace: Duration,
     control: &mut mpsc::UnboundedReceiver<Control>,
@@ -65,17 +68,13 @@ pub(super) async fn wait_for_cell(
 
     // Send the cell. write_all is not cancel safe, but if it is cancelled
     // the kernel is killed anyway.
-    let send = async {
-        let r = proc.ctrl_tx.write_all(&request).await;
-        drop(request);
-        r
-    };
+    let send = proc.ctrl_tx.write_all(request);
     let sent = tokio::select! {
         r = send => r.map_err(|e| format!("failed to send the cell: {e}")),
         status = proc.child.wait() => {
             let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
             proc.exited = Some(exit);
-            return (Outcome::Died(exit), None);
+            return (Outcome::NotDelivered(exit), None);
         }
         () = sleep_until_opt(deadline) => Err("the kernel did not accept the cell before its timeout".into()),
     };
@@ -86,7 +85,7 @@ pub(super) async fn wait_for_cell(
         {
             let exit = Exit::from_status(status);
             proc.exited = Some(exit);
-            return (Outcome::Died(exit), None);
+            return (Outcome::NotDelivered(exit), None);
         }
         proc.kill_now().await;
         return (Outcome::Broken(detail), timeout.map(Stop::Timeout));
