@@ -251,3 +251,44 @@ async fn cells_run_in_main_so_pickle_and_classes_work() {
     assert_eq!(r.value.as_deref(), Some("'P'"), "{r:?}");
     assert_eq!(k.run("__name__").await.value.as_deref(), Some("'__main__'"));
 }
+
+#[tokio::test]
+async fn the_value_is_the_last_expression_however_the_cell_is_laid_out() {
+    let k = kernel().await;
+    let cases: &[(&str, Option<&str>)] = &[
+        ("[x\nfor x in range(3)]", Some("[0, 1, 2]")),
+        ("f = lambda **k: k\nf(\na=1)", Some("{'a': 1}")),
+        ("if True:\n    pass\nelse: pass", None),
+        ("a = 1; a", Some("1")),
+        ("a = 1;", None),
+        ("s = '''\nabc\n'''\ns", Some("'\\nabc\\n'")),
+        ("x = 1 if True else \\\n 2\nx", Some("1")),
+        ("y = (1 +\n2)\ny", Some("3")),
+        ("z = 1\nz += 1\nz", Some("2")),
+        ("z == 2", Some("True")),
+        ("for i in range(2): pass\ni", Some("1")),
+        ("try:\n  q = 1\nexcept Exception:\n  q = 2\nq", Some("1")),
+        ("def g():\n    return 5\ng()", Some("5")),
+        ("w = 2\nw\n\n# trailing comment\n", Some("2")),
+        ("# only a comment", None),
+        ("", None),
+        ("print('p')", None),
+    ];
+    for (code, want) in cases {
+        let r = k.run(code).await;
+        assert_eq!(r.status, Status::Success, "{code:?}: {r:?}");
+        assert_eq!(r.value.as_deref(), *want, "{code:?}");
+    }
+}
+
+#[tokio::test]
+async fn errors_point_at_the_right_line_of_the_cell() {
+    let k = kernel().await;
+    let r = k.run("a = 1\nb = 2\nc = a / 0").await;
+    assert!(r.traceback.as_deref().unwrap().contains("line 3"), "{r:?}");
+    let r = k.run("a = 1\nb = 2\n1 / 0").await;
+    assert!(r.traceback.as_deref().unwrap().contains("line 3"), "{r:?}");
+    let r = k.run("x = 1\nundefined_name").await;
+    let tb = r.traceback.unwrap();
+    assert!(tb.contains("line 2") && tb.contains("undefined_name"), "{tb}");
+}

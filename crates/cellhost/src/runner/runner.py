@@ -257,25 +257,40 @@ def _compile_cell(code, filename):
     """(statements, last_expression): code objects, either may be None.
 
     The last expression statement's value is the cell's value, so it is
-    compiled apart. One-line cells skip the AST (half the cost of a trivial
-    cell): a plain statement compiles as is, anything else is tried as an
-    expression first. Longer cells are split on their AST.
+    compiled apart. The common shape is cheap: when everything before the
+    last line compiles on its own and the last line starts at column 0, the
+    last line is a statement of its own, so it is compiled alone (as an
+    expression when it is one). Anything else (an indented or continued last
+    line, a last line that only makes sense with the lines above, like
+    `else:`) is split on the AST, which costs about twice as much.
     """
-    line = code.strip()
-    if "\n" not in line and ";" not in line:
-        word = line.split(None, 1)[0] if line else ""
-        if word in _STATEMENT_WORDS or _is_plain_assignment(line):
-            return compile(code, filename, "exec"), None
+    text = code.rstrip()
+    cut = text.rfind("\n")
+    last = text[cut + 1 :]
+    if last and not last[0].isspace() and last[0] != "#" and ";" not in last:
         try:
-            return None, compile(code, filename, "eval")
+            head = compile(text[:cut], filename, "exec") if cut >= 0 else None
         except SyntaxError:
-            return compile(code, filename, "exec"), None
+            pass
+        else:
+            # Same line numbers as in the whole cell, for tracebacks.
+            tail = "\n" * text.count("\n", 0, cut + 1) + last
+            word = last.split(None, 1)[0]
+            try:
+                if word in _STATEMENT_WORDS or _is_plain_assignment(last):
+                    return head, None, compile(tail, filename, "exec")
+                try:
+                    return head, compile(tail, filename, "eval"), None
+                except SyntaxError:
+                    return head, None, compile(tail, filename, "exec")
+            except SyntaxError:
+                pass  # e.g. `else: ...`: only the whole cell tells
     tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
     body = tree.body
     last = None
     if body and type(body[-1]) is _ast.Expr:
         last = compile(_ast.Expression(body.pop().value), filename, "eval")
-    return (compile(tree, filename, "exec") if body else None), last
+    return (compile(tree, filename, "exec") if body else None), last, None
 
 
 class Runner:
@@ -299,9 +314,11 @@ class Runner:
         try:
             _cell_running = True
             try:
-                statements, last = _compile_cell(code, filename)
-                if statements is not None:
-                    exec(statements, ns)
+                head, last, tail = _compile_cell(code, filename)
+                if head is not None:
+                    exec(head, ns)
+                if tail is not None:
+                    exec(tail, ns)
                 if last is not None:
                     value = eval(last, ns)
                     if value is not None:
