@@ -290,5 +290,8 @@ async fn errors_point_at_the_right_line_of_the_cell() {
     assert!(r.traceback.as_deref().unwrap().contains("line 3"), "{r:?}");
     let r = k.run("x = 1\nundefined_name").await;
     let tb = r.traceback.unwrap();
-    assert!(tb.contains("line 2") && tb.contains("undefined_name"), "{tb}");
+    assert!(
+        tb.contains("line 2") && tb.contains("undefined_name"),
+        "{tb}"
+    );
 }

@@ -40,6 +40,7 @@ pub(crate) struct Actor {
     streams: Streams,
     observed: Arc<Observed>,
     spill_seq: u64,
+    spill_tag: String,
     /// The next cell is the first one of this kernel handle.
     first: bool,
     buf: Vec<u8>,
@@ -73,6 +74,7 @@ impl Actor {
             slot: Slot::Live(Box::new(proc)),
             observed,
             spill_seq: 0,
+            spill_tag: format!("raw-{}", super::process::random_hex(6)),
             first: true,
             buf: vec![0; READ_CHUNK],
         };
@@ -80,16 +82,19 @@ impl Actor {
         Ok(actor)
     }
 
+    /// New captures for the next cell. Their raw spill files (used only
+    /// when a stream overflows) are named after this actor and a sequence
+    /// number, so kernels sharing a spill dir never collide.
     fn fresh_captures(&mut self) {
         self.spill_seq += 1;
-        let base = self.opts.spill_dir.join(format!(
-            "{}-{}-{}",
-            std::process::id(),
-            self.observed.pid.load(Ordering::Relaxed),
-            self.spill_seq
-        ));
-        self.streams.out = Capture::new(&self.opts.output, base.with_extension("stdout.raw"));
-        self.streams.err = Capture::new(&self.opts.output, base.with_extension("stderr.raw"));
+        let name = |stream: &str| {
+            self.opts.spill_dir.join(format!(
+                "{}-{}.{stream}.raw",
+                self.spill_tag, self.spill_seq
+            ))
+        };
+        self.streams.out = Capture::new(&self.opts.output, name("stdout"));
+        self.streams.err = Capture::new(&self.opts.output, name("stderr"));
     }
 
     pub(crate) async fn run(
@@ -185,14 +190,9 @@ impl Actor {
         self.first = false;
         if cell.reset {
             self.vacate(Vacancy::Reset).await;
-        } else if let Slot::Live(proc) = &mut self.slot {
-            // It may have died since we last looked (idle I/O had no turn).
-            if let Ok(Some(status)) = proc.child.try_wait() {
-                let exit = Exit::from_status(status);
-                proc.exited = Some(exit);
-                self.vacate(Vacancy::DiedIdle(exit)).await;
-            }
         }
+        // A process that died since idle I/O last looked is found when the
+        // cell cannot be delivered (below), without a wait4() per cell.
         let timeout = cell.timeout.or(self.opts.default_timeout);
         let request = Frame::new()
             .with("op", "exec")

@@ -69,7 +69,7 @@ pub(crate) struct Process {
     pub exited: Option<Exit>,
 }
 
-fn random_hex(bytes: usize) -> String {
+pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).expect("OS random source");
     buf.iter().map(|b| format!("{b:02x}")).collect()

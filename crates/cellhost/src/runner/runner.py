@@ -66,7 +66,15 @@ _pending = bytearray()
 
 
 def _read_frame():
-    # One read() usually holds a whole request; big cells arrive in pieces.
+    # One read() usually holds exactly one whole request (the host sends one
+    # at a time); big cells arrive in pieces and are assembled.
+    if not _pending:
+        data = os.read(CTRL_IN, 65536)
+        if not data:
+            return None
+        if len(data) >= 4 and len(data) == 4 + int.from_bytes(data[:4], "little"):
+            return _decode(data[4:])
+        _pending.extend(data)
     buf = _pending
     while len(buf) < 4:
         chunk = os.read(CTRL_IN, 65536)
@@ -85,7 +93,11 @@ def _read_frame():
 
 
 def _write_frame(fields):
-    data = memoryview(_encode(fields))
+    _write_bytes(_encode(fields))
+
+
+def _write_bytes(data):
+    data = memoryview(data)
     while data:
         try:
             n = os.write(CTRL_OUT, data)
@@ -123,25 +135,24 @@ class _Streams:
     """Keeps fds 1/2 and sys.stdout/sys.stderr usable across cells."""
 
     def __init__(self):
-        self.saved = []
-        for fd in (1, 2):
-            st = os.fstat(fd)
-            self.saved.append((fd, os.dup(fd), st.st_dev, st.st_ino))
+        self.saved = [(fd, os.dup(fd)) for fd in (1, 2)]
         self.stdout = sys.stdout
         self.stderr = sys.stderr
 
     def restore(self):
-        for fd, copy, dev, ino in self.saved:
+        # Put the host's pipes back on fds 1 and 2 unconditionally: one
+        # dup2() is cheaper than checking with fstat() whether a cell
+        # closed or redirected them.
+        for fd, copy in self.saved:
             try:
-                st = os.fstat(fd)
-                same = st.st_dev == dev and st.st_ino == ino
+                os.dup2(copy, fd)
             except OSError:
-                same = False
-            if not same:
-                try:
-                    os.dup2(copy, fd)
-                except OSError:
-                    pass
+                pass
+        out, err = sys.stdout, sys.stderr
+        if out is self.stdout and err is self.stderr and not (out.closed or err.closed):
+            out.flush()
+            err.flush()
+            return
         for name in ("stdout", "stderr"):
             cur = getattr(sys, name)
             orig = getattr(self, name)
@@ -266,7 +277,7 @@ def _compile_cell(code, filename):
     """
     text = code.rstrip()
     cut = text.rfind("\n")
-    last = text[cut + 1 :]
+    last = text[cut + 1 :] if cut >= 0 else text
     if last and not last[0].isspace() and last[0] != "#" and ";" not in last:
         try:
             head = compile(text[:cut], filename, "exec") if cut >= 0 else None
@@ -274,7 +285,7 @@ def _compile_cell(code, filename):
             pass
         else:
             # Same line numbers as in the whole cell, for tracebacks.
-            tail = "\n" * text.count("\n", 0, cut + 1) + last
+            tail = "\n" * text.count("\n", 0, cut + 1) + last if cut >= 0 else last
             word = last.split(None, 1)[0]
             try:
                 if word in _STATEMENT_WORDS or _is_plain_assignment(last):
@@ -293,6 +304,11 @@ def _compile_cell(code, filename):
     return (compile(tree, filename, "exec") if body else None), last, None
 
 
+# The reply to most cells: a success without a value, encoded once.
+_OK = {"status": "ok"}
+_OK_FRAME = None
+
+
 class Runner:
     def __init__(self):
         main = type(sys)("__main__")
@@ -309,7 +325,7 @@ class Runner:
         _sources[filename] = code
         if _signal.getsignal(_signal.SIGINT) is not _on_sigint:
             _signal.signal(_signal.SIGINT, _on_sigint)
-        reply = {"status": "ok"}
+        reply = _OK
         ns = self.ns
         try:
             _cell_running = True
@@ -323,12 +339,12 @@ class Runner:
                     value = eval(last, ns)
                     if value is not None:
                         builtins._ = value
-                        reply["value"] = _cap(repr(value), MAX_VALUE)
+                        reply = {"status": "ok", "value": _cap(repr(value), MAX_VALUE)}
             finally:
                 _cell_running = False
         except SystemExit as e:
             code = e.code
-            reply["status"] = "exit"
+            reply = {"status": "exit"}
             if code is None:
                 code = 0
             if not isinstance(code, int):
@@ -341,7 +357,7 @@ class Runner:
             reply["exit_code"] = code
         except BaseException as e:
             etype = type(e)
-            reply["status"] = "interrupted" if etype is KeyboardInterrupt else "error"
+            reply = {"status": "interrupted" if etype is KeyboardInterrupt else "error"}
             reply["error"], reply["traceback"] = _describe_error(etype, e, e.__traceback__)
             e = None
         finally:
@@ -375,6 +391,8 @@ def main():
     # Interactive-style import path: the cwd, not the staging dir.
     if sys.path and os.path.dirname(os.path.abspath(_runner_file)) == os.path.abspath(sys.path[0] or "."):
         sys.path[0] = ""
+    global _OK_FRAME
+    _OK_FRAME = _encode({"status": "ok", "op": "done"})
     runner = Runner()
     v = sys.version_info
     _write_frame(
@@ -400,8 +418,11 @@ def main():
                 runner.settle()
             except BaseException:
                 pass
-            reply["op"] = "done"
-            _write_frame(reply)
+            if reply is _OK:
+                _write_bytes(_OK_FRAME)
+            else:
+                reply["op"] = "done"
+                _write_frame(reply)
             if reply["status"] == "exit":
                 break
         except KeyboardInterrupt:
