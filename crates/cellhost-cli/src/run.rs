@@ -70,7 +70,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     };
     let kernel = match Kernel::spawn(opts).await {
         Ok(k) => k,
-        Err(e @ SpawnError::Interpreter(_)) => {
+        Err(e @ (SpawnError::Interpreter(_) | SpawnError::TooOld { .. })) => {
             eprintln!("cellhost: {e}");
             return 2;
         }

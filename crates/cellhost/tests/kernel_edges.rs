@@ -49,17 +49,7 @@ async fn sys_exit_with_a_message_prints_it_and_ends_the_kernel() {
 
 #[tokio::test]
 async fn the_spill_file_is_cleaned_like_the_inline_output() {
-    use std::ffi::OsString;
-    let dir = tempfile::tempdir().unwrap();
-    let vars = vec![
-        (OsString::from("PATH"), std::env::var_os("PATH").unwrap()),
-        (
-            OsString::from("DEPLOY_SECRET"),
-            OsString::from("hunter2-very-secret-value"),
-        ),
-    ];
-    let opts = options(&dir).env(cellhost::env::ChildEnv::from_vars(vars, &[]));
-    let k = kernel_with(opts, dir).await;
+    let k = kernel_with_env(&[("DEPLOY_SECRET", "hunter2-very-secret-value")], &[]).await;
     let r = k
         .run("print('x' * 200_000)\nprint('\\x1b[31mhunter2-very-secret-value\\x1b[0m')")
         .await;

@@ -148,17 +148,7 @@ async fn a_flood_of_output_is_cut_spilled_and_keeps_host_memory_bounded() {
 
 #[tokio::test]
 async fn secrets_never_reach_the_child_and_are_redacted_from_output() {
-    use std::ffi::OsString;
-    let dir = tempfile::tempdir().unwrap();
-    let vars = vec![
-        (OsString::from("PATH"), std::env::var_os("PATH").unwrap()),
-        (
-            OsString::from("MY_SERVICE_TOKEN"),
-            OsString::from("hunter2-very-secret-value"),
-        ),
-    ];
-    let opts = options(&dir).env(cellhost::env::ChildEnv::from_vars(vars, &[]));
-    let k = kernel_with(opts, dir).await;
+    let k = kernel_with_env(&[("MY_SERVICE_TOKEN", "hunter2-very-secret-value")], &[]).await;
     let r = k
         .run("import os\nsorted(k for k in os.environ if 'TOKEN' in k)")
         .await;
@@ -178,20 +168,16 @@ async fn secrets_never_reach_the_child_and_are_redacted_from_output() {
 
 #[tokio::test]
 async fn the_child_environment_is_allow_listed() {
-    use std::ffi::OsString;
-    let dir = tempfile::tempdir().unwrap();
-    let vars = vec![
-        (OsString::from("PATH"), std::env::var_os("PATH").unwrap()),
-        (OsString::from("HOME"), OsString::from("/home/someone")),
-        (OsString::from("LANG"), OsString::from("C.UTF-8")),
-        (OsString::from("LD_PRELOAD"), OsString::from("/nope.so")),
-        (OsString::from("RANDOM_SETTING"), OsString::from("1")),
-    ];
-    let opts = options(&dir).env(cellhost::env::ChildEnv::from_vars(
-        vars,
+    let k = kernel_with_env(
+        &[
+            ("HOME", "/home/someone"),
+            ("LANG", "C.UTF-8"),
+            ("LD_PRELOAD", "/nope.so"),
+            ("RANDOM_SETTING", "1"),
+        ],
         &["RANDOM_SETTING".into()],
-    ));
-    let k = kernel_with(opts, dir).await;
+    )
+    .await;
     let r = k.run("import os\nsorted(os.environ)").await;
     assert_eq!(
         r.value.as_deref(),

@@ -28,6 +28,19 @@ pub async fn kernel_with(opts: KernelOptions, dir: tempfile::TempDir) -> TestKer
     TestKernel { kernel, dir }
 }
 
+/// A kernel whose host environment is PATH plus `vars` (no passthrough).
+pub async fn kernel_with_env(vars: &[(&str, &str)], passthrough: &[String]) -> TestKernel {
+    use std::ffi::OsString;
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = vec![(OsString::from("PATH"), std::env::var_os("PATH").unwrap())];
+    all.extend(
+        vars.iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
+    let opts = options(&dir).env(cellhost::env::ChildEnv::from_vars(all, passthrough));
+    kernel_with(opts, dir).await
+}
+
 impl TestKernel {
     pub async fn run(&self, code: &str) -> CellResult {
         self.kernel.execute(Cell::new(code)).await.expect("execute")
