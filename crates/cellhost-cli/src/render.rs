@@ -3,23 +3,21 @@
 use cellhost::percent::ScriptCell;
 use cellhost::{CellResult, Status};
 
-/// A notebook-like transcript of one cell: a header, its output, its value,
-/// its error and a note whenever the kernel's state changed.
-pub(crate) fn cell_text(cell: &ScriptCell, r: &CellResult) -> String {
-    let mut out = String::new();
+/// The line that announces a cell, printed before it runs so a long cell
+/// shows what is running.
+pub(crate) fn cell_header(cell: &ScriptCell) -> String {
     let title = cell
         .title
         .as_deref()
         .map(|t| format!(" · {t}"))
         .unwrap_or_default();
-    let status = match r.status {
-        Status::Success => String::new(),
-        s => format!(" [{}]", s.as_str()),
-    };
-    out.push_str(&format!(
-        "── cell {} (line {}){title}{status} ──\n",
-        cell.index, cell.line
-    ));
+    format!("── cell {} (line {}){title} ──\n", cell.index, cell.line)
+}
+
+/// A notebook-like transcript of one finished cell: its output, its value,
+/// its error and a note whenever the kernel's state changed.
+pub(crate) fn cell_body(r: &CellResult) -> String {
+    let mut out = String::new();
     push_block(&mut out, &r.stdout);
     push_block(&mut out, &r.stderr);
     if let Some(v) = &r.value {
@@ -38,6 +36,7 @@ pub(crate) fn cell_text(cell: &ScriptCell, r: &CellResult) -> String {
                 out.push_str(&format!("{e}\n"));
             }
         }
+        out.push_str(&format!("[{}]\n", r.status.as_str()));
     }
     if let Some(p) = &r.truncated.spill_path {
         out.push_str(&format!("(output cut; full text in {p})\n"));

@@ -102,6 +102,16 @@ async fn run_cells(
     let mut failed = false;
     let mut stdout = std::io::stdout().lock();
     for cell in cells {
+        if !args.json {
+            let header = crate::render::cell_header(cell);
+            if stdout
+                .write_all(header.as_bytes())
+                .and_then(|()| stdout.flush())
+                .is_err()
+            {
+                return u8::from(failed);
+            }
+        }
         let result = match kernel.execute(Cell::new(cell.code.clone())).await {
             Ok(r) => r,
             Err(e) => {
@@ -114,7 +124,7 @@ async fn run_cells(
             line.push('\n');
             line
         } else {
-            crate::render::cell_text(cell, &result)
+            crate::render::cell_body(&result)
         };
         // A closed stdout (e.g. `| head`) ends the run quietly.
         if stdout
@@ -122,7 +132,7 @@ async fn run_cells(
             .and_then(|()| stdout.flush())
             .is_err()
         {
-            return if failed { 1 } else { 0 };
+            return u8::from(failed);
         }
         if !result.is_success() {
             failed = true;
