@@ -112,3 +112,19 @@ async fn a_timeout_also_interrupts_a_waiting_subprocess() {
     assert_eq!(r.status, Status::Timeout);
     assert!(!r.kernel.state_lost, "{r:?}");
 }
+
+#[tokio::test]
+async fn a_cell_flooding_its_output_still_times_out() {
+    let k = kernel().await;
+    let t = Instant::now();
+    let r = k
+        .run_cell(
+            Cell::new("import os\nwhile True:\n    os.write(1, b'y' * 65536)")
+                .timeout(Duration::from_millis(500)),
+        )
+        .await;
+    assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
+    assert_eq!(r.status, Status::Timeout);
+    assert!(r.truncated.stdout);
+    assert!(!r.kernel.state_lost, "{r:?}");
+}

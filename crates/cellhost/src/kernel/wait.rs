@@ -53,6 +53,19 @@ pub(super) struct Streams {
 
 /// Send the request and wait for the cell to settle, enforcing the
 /// timeout (SIGINT, then kill after `grace`) and handling interrupts.
+/// A complete `done` frame still in the reply pipe of a runner that has
+/// exited (direct reads: the reactor may not have seen the bytes yet).
+fn reply_left_in_pipe(proc: &mut Process, buf: &mut [u8]) -> Option<Frame> {
+    use std::os::fd::AsFd;
+    while let Ok(n @ 1..) = nix::unistd::read(proc.ctrl_rx.as_fd(), buf) {
+        proc.frames.extend(&buf[..n]);
+    }
+    match proc.frames.next_frame() {
+        Ok(Some(frame)) if frame.text("op").as_deref() == Some("done") => Some(frame),
+        _ => None,
+    }
+}
+
 pub(super) async fn wait_for_cell(
     proc: &mut Process,
     s: &mut Streams,
@@ -98,6 +111,9 @@ pub(super) async fn wait_for_cell(
             (Some(_), None) => None,
         };
         tokio::select! {
+            // In this order: the reply first (when it and the runner's exit
+            // are both ready, the reply tells more), output last.
+            biased;
             r = proc.ctrl_rx.readable(), if !s.ctrl_eof => {
                 if r.is_err() {
                     s.ctrl_eof = true;
@@ -126,15 +142,14 @@ pub(super) async fn wait_for_cell(
                     Err(_) => s.ctrl_eof = true,
                 }
             }
-            r = proc.stdout.readable(), if !s.out_eof => {
-                if r.is_err() || pump(&proc.stdout, buf, &mut s.out) { s.out_eof = true; }
-            }
-            r = proc.stderr.readable(), if !s.err_eof => {
-                if r.is_err() || pump(&proc.stderr, buf, &mut s.err) { s.err_eof = true; }
-            }
             status = proc.child.wait() => {
                 let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
                 proc.exited = Some(exit);
+                // A runner that replied and then exited (sys.exit) may be
+                // seen exiting before its reply is read: read it first.
+                if let Some(frame) = reply_left_in_pipe(proc, buf) {
+                    return (Outcome::Reply(frame), stop);
+                }
                 return (Outcome::Died(exit), stop);
             }
             () = sleep_until_opt(wake) => {
@@ -170,6 +185,14 @@ pub(super) async fn wait_for_cell(
                     return (Outcome::Broken("all kernel handles were dropped".into()), stop);
                 }
             },
+            // Output last: a cell that floods its pipes must not starve the
+            // timer, interrupts or its own reply.
+            r = proc.stdout.readable(), if !s.out_eof => {
+                if r.is_err() || pump(&proc.stdout, buf, &mut s.out) { s.out_eof = true; }
+            }
+            r = proc.stderr.readable(), if !s.err_eof => {
+                if r.is_err() || pump(&proc.stderr, buf, &mut s.err) { s.err_eof = true; }
+            }
         }
     }
 }
