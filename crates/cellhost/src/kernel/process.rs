@@ -287,10 +287,6 @@ impl Process {
             let status = self.child.wait().await;
             self.exited = Some(status.map(Exit::from_status).unwrap_or(Exit::Unknown));
         }
-        // Stragglers that outlived the leader still hold the group id.
-        if unix::group_alive(self.pgid()) {
-            unix::signal_group(self.pgid(), Signal::SIGKILL);
-        }
         let _ = std::fs::remove_dir_all(&self.staging);
     }
 }

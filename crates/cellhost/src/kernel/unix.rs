@@ -51,11 +51,6 @@ pub(crate) fn signal_pid(pid: u32, sig: Signal) {
     let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), sig);
 }
 
-/// `true` while any process of group `pgid` exists.
-pub(crate) fn group_alive(pgid: u32) -> bool {
-    killpg(Pid::from_raw(pgid as i32), None).is_ok()
-}
-
 /// `true` when `pid` names a live process (not a zombie).
 pub fn pid_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
