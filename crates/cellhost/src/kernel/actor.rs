@@ -26,7 +26,10 @@ use super::{Cell, Control, KernelError, KernelOptions, Observed, Request, SpawnE
 use crate::interpreter::Interpreter;
 use crate::output::{Capture, Cleaner};
 
+/// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
+
+/// The kernel process, or why there is none.
 enum Slot {
     Live(Box<Process>),
     Vacant(Vacancy),
@@ -78,14 +81,16 @@ impl Actor {
             first: true,
             buf: vec![0; READ_CHUNK],
         };
-        actor.fresh_captures();
+        // The placeholders above become real captures for the first cell.
+        let _ = actor.fresh_captures();
         Ok(actor)
     }
 
-    /// New captures for the next cell. Their raw spill files (used only
-    /// when a stream overflows) are named after this actor and a sequence
-    /// number, so kernels sharing a spill dir never collide.
-    fn fresh_captures(&mut self) {
+    /// New captures for the next cell, returning the finished cell's. Their
+    /// raw spill files (used only when a stream overflows) are named after
+    /// this actor and a sequence number, so kernels sharing a spill dir
+    /// never collide.
+    fn fresh_captures(&mut self) -> (Capture, Capture) {
         self.spill_seq += 1;
         let name = |stream: &str| {
             self.opts.spill_dir.join(format!(
@@ -93,8 +98,12 @@ impl Actor {
                 self.spill_tag, self.spill_seq
             ))
         };
-        self.streams.out = Capture::new(&self.opts.output, name("stdout"));
-        self.streams.err = Capture::new(&self.opts.output, name("stderr"));
+        let out = Capture::new(&self.opts.output, name("stdout"));
+        let err = Capture::new(&self.opts.output, name("stderr"));
+        (
+            std::mem::replace(&mut self.streams.out, out),
+            std::mem::replace(&mut self.streams.err, err),
+        )
     }
 
     pub(crate) async fn run(
@@ -159,10 +168,7 @@ impl Actor {
     }
 
     async fn teardown(&mut self) {
-        if let Slot::Live(_) = self.slot {
-            self.vacate(Vacancy::Reported(String::new())).await;
-        }
-        self.observed.pid.store(0, Ordering::Relaxed);
+        self.vacate(Vacancy::Reported(String::new())).await;
     }
 
     /// Kill the live process (if any) and record why.
@@ -300,9 +306,7 @@ impl Actor {
         let error = clean_field(report.error);
         let traceback = clean_field(report.traceback);
         // Output that arrives from now on belongs to the next cell.
-        let out = std::mem::replace(&mut self.streams.out, Capture::new(&limits, PathBuf::new()));
-        let err = std::mem::replace(&mut self.streams.err, Capture::new(&limits, PathBuf::new()));
-        self.fresh_captures();
+        let (out, err) = self.fresh_captures();
         let out = out.finish(&self.cleaner);
         let err = err.finish(&self.cleaner);
         let spill_path = self.write_spill(&info, out.full.as_deref(), err.full.as_deref());

@@ -67,6 +67,8 @@ pub(crate) struct Process {
     pub execution_count: u64,
     /// Set once the child has been reaped.
     pub exited: Option<Exit>,
+    /// `kill_now` has run.
+    group_killed: bool,
 }
 
 pub(crate) fn random_hex(bytes: usize) -> String {
@@ -185,6 +187,7 @@ impl Process {
             staging,
             execution_count: 0,
             exited: None,
+            group_killed: false,
         };
         match tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await {
             Ok(Ok(())) => Ok(proc),
@@ -274,8 +277,14 @@ impl Process {
         self.exited
     }
 
-    /// SIGKILL the whole group and reap the runner.
+    /// SIGKILL the whole group and reap the runner. Idempotent: the group
+    /// is signalled once, so a later call (the usual teardown after a kill
+    /// mid-cell) never signals a group id that may have been reused.
     pub(crate) async fn kill_now(&mut self) {
+        if self.group_killed {
+            return;
+        }
+        self.group_killed = true;
         // The watcher first: once the group is gone its pgid could be
         // reused, and the watcher must never signal a stranger.
         if let Some(mut w) = self.watcher.take() {
