@@ -16,6 +16,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod config;
 pub mod env;
 pub mod interpreter;
 pub mod kernel;

@@ -73,3 +73,21 @@ pub fn wait_gone(pid: u32, within: Duration) -> bool {
 pub fn self_rss() -> u64 {
     cellhost::kernel::rss_bytes(std::process::id()).unwrap()
 }
+
+/// The interpreter of the test venv with numpy, pandas, matplotlib and
+/// pillow (`scripts/test` creates it and sets `CELLHOST_TEST_VENV_PYTHON`).
+/// Tests that need it fail, never skip, when it is missing.
+pub fn venv_python() -> std::path::PathBuf {
+    let path = match std::env::var_os("CELLHOST_TEST_VENV_PYTHON") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => {
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-test/bin/python")
+        }
+    };
+    assert!(
+        path.exists(),
+        "the test venv is missing ({}); run scripts/test, which creates it",
+        path.display()
+    );
+    path
+}
