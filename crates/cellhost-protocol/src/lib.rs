@@ -53,6 +53,39 @@ pub struct Truncated {
     pub spill_path: Option<String>,
 }
 
+/// What a registered kernel is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelState {
+    /// Its process is being started.
+    Starting,
+    Idle,
+    /// A cell is running or queued.
+    Busy,
+}
+
+/// One line of the kernel registry's list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelSummary {
+    pub owner: String,
+    /// The registry key: owner, backend, interpreter, cwd, tool set.
+    pub key: String,
+    /// The current process's id (`k-…`); empty while starting.
+    pub id: String,
+    pub backend: String,
+    pub pid: Option<u32>,
+    pub state: KernelState,
+    pub execution_count: u64,
+    /// Cells waiting behind the running one.
+    pub queued: usize,
+    /// Unix time (seconds) the registry entry was created.
+    pub created: f64,
+    /// Unix time (seconds) of the last call.
+    pub last_used: f64,
+    pub idle_seconds: f64,
+    pub rss_bytes: Option<u64>,
+}
+
 /// Which kernel ran the cell and what happened to its state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelInfo {

@@ -20,6 +20,7 @@ use tokio::sync::mpsc;
 
 use super::frame::Frame;
 use super::process::{private_dir, Exit, Process};
+use super::record::KernelRecord;
 use super::report::{self, Report, Vacancy};
 use super::wait::{discard, drain, pump, wait_for_cell, Outcome, Streams};
 use super::{Cell, Control, KernelError, KernelOptions, Observed, Request, SpawnError};
@@ -57,7 +58,6 @@ impl Actor {
     ) -> Result<Actor, SpawnError> {
         let python = interpreter.path().to_path_buf();
         let proc = Process::spawn(&opts, &python).await?;
-        observed.pid.store(proc.pid, Ordering::Relaxed);
         let cleaner = Cleaner::new(opts.env.secrets.iter().cloned());
         private_dir(&opts.spill_dir).map_err(|err| SpawnError::Io {
             about: "create the spill dir",
@@ -74,13 +74,14 @@ impl Actor {
             opts,
             python,
             cleaner,
-            slot: Slot::Live(Box::new(proc)),
+            slot: Slot::Vacant(Vacancy::Reported(String::new())),
             observed,
             spill_seq: 0,
             spill_tag: format!("raw-{}", super::process::random_hex(6)),
             first: true,
             buf: vec![0; READ_CHUNK],
         };
+        actor.adopt(proc);
         // The placeholders above become real captures for the first cell.
         let _ = actor.fresh_captures();
         Ok(actor)
@@ -171,12 +172,35 @@ impl Actor {
         self.vacate(Vacancy::Reported(String::new())).await;
     }
 
+    /// Make `proc` the live process: publish it to observers and record it
+    /// for crash recovery.
+    fn adopt(&mut self, proc: Process) {
+        self.observed.pid.store(proc.pid, Ordering::Relaxed);
+        self.observed.execution_count.store(0, Ordering::Relaxed);
+        if let Ok(mut id) = self.observed.id.lock() {
+            id.clone_from(&proc.id);
+        }
+        if let Some(dir) = &self.opts.record_dir {
+            if let Some(record) = KernelRecord::of(&proc) {
+                let _ = record.write(dir);
+            }
+        }
+        self.slot = Slot::Live(Box::new(proc));
+    }
+
     /// Kill the live process (if any) and record why.
     async fn vacate(&mut self, why: Vacancy) {
         if let Slot::Live(proc) = std::mem::replace(&mut self.slot, Slot::Vacant(why)) {
+            let id = proc.id.clone();
             proc.terminate(self.opts.teardown_grace).await;
+            if let Some(dir) = &self.opts.record_dir {
+                KernelRecord::remove(dir, &id);
+            }
         }
         self.observed.pid.store(0, Ordering::Relaxed);
+        if let Ok(mut id) = self.observed.id.lock() {
+            id.clear();
+        }
     }
 
     async fn execute(
@@ -210,8 +234,7 @@ impl Actor {
                 why.describe_fresh(&mut info);
                 match Process::spawn(&self.opts, &self.python).await {
                     Ok(p) => {
-                        self.observed.pid.store(p.pid, Ordering::Relaxed);
-                        self.slot = Slot::Live(Box::new(p));
+                        self.adopt(p);
                         self.streams.out_eof = false;
                         self.streams.err_eof = false;
                         self.streams.ctrl_eof = false;
@@ -226,6 +249,9 @@ impl Actor {
             info.id = proc.id.clone();
             info.pid = Some(proc.pid);
             info.execution_count = proc.execution_count;
+            self.observed
+                .execution_count
+                .store(proc.execution_count, Ordering::Relaxed);
             let waited = wait_for_cell(
                 proc,
                 &mut self.streams,

@@ -12,12 +12,13 @@
 mod actor;
 pub(crate) mod frame;
 mod process;
+pub mod record;
 mod report;
 mod unix;
 mod wait;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ use crate::interpreter::{Interpreter, InterpreterError};
 use crate::output::OutputLimits;
 
 pub use frame::FrameError;
-pub use unix::{pid_alive, rss_bytes};
+pub use unix::{pid_alive, process_group, process_start_time, rss_bytes};
 
 /// How to start kernels. `Default` gives a local kernel on `python3` from
 /// PATH (resolved once), the host's allow-listed environment, and the
@@ -58,6 +59,9 @@ pub struct KernelOptions {
     pub teardown_grace: Duration,
     /// How long a new runner may take to say hello (default 30 s).
     pub spawn_timeout: Duration,
+    /// Where to record live kernel processes for crash recovery (see
+    /// [`record`]); `None` keeps no records.
+    pub record_dir: Option<PathBuf>,
 }
 
 /// `$XDG_RUNTIME_DIR/cellhost`, or `<tmp>/cellhost-<uid>`.
@@ -82,6 +86,7 @@ impl Default for KernelOptions {
             interrupt_grace: Duration::from_secs(2),
             teardown_grace: Duration::from_secs(1),
             spawn_timeout: Duration::from_secs(30),
+            record_dir: None,
         }
     }
 }
@@ -202,6 +207,8 @@ pub(crate) enum Control {
 pub(crate) struct Observed {
     pid: AtomicU32,
     busy: AtomicBool,
+    execution_count: AtomicU64,
+    id: std::sync::Mutex<String>,
 }
 
 struct Inner {
@@ -301,5 +308,20 @@ impl Kernel {
     /// `true` while a cell is running.
     pub fn is_busy(&self) -> bool {
         self.inner.observed.busy.load(Ordering::Relaxed)
+    }
+
+    /// The id (`k-…`) of the current kernel process; empty when none runs.
+    pub fn process_id(&self) -> String {
+        self.inner
+            .observed
+            .id
+            .lock()
+            .map(|id| id.clone())
+            .unwrap_or_default()
+    }
+
+    /// Cells the current kernel process has run.
+    pub fn execution_count(&self) -> u64 {
+        self.inner.observed.execution_count.load(Ordering::Relaxed)
     }
 }

@@ -254,6 +254,14 @@ impl Process {
     }
 
     /// The process group id (we start each runner in a new session).
+    pub(crate) fn staging(&self) -> &Path {
+        &self.staging
+    }
+
+    pub(crate) fn watcher_pid(&self) -> Option<u32> {
+        self.watcher.as_ref().and_then(|w| w.id())
+    }
+
     pub(crate) fn pgid(&self) -> u32 {
         self.pid
     }

@@ -83,3 +83,22 @@ pub(crate) fn signal_name(sig: i32) -> String {
 pub(crate) fn raw(fd: &OwnedFd) -> RawFd {
     fd.as_raw_fd()
 }
+
+/// Fields of `/proc/<pid>/stat` after the command name (which may hold
+/// spaces and parentheses): index 0 is the state letter (field 3).
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// When `pid` started, in clock ticks since boot (`stat` field 22). With
+/// the pid it names one process: a pid reused later has a later start.
+pub fn process_start_time(pid: u32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// The process group of `pid` (`stat` field 5).
+pub fn process_group(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(2)?.parse().ok()
+}

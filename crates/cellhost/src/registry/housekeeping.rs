@@ -1,0 +1,138 @@
+//! Eviction past the cap, idle reaping, and the background pass.
+//!
+//! Victims are chosen and removed from the registry under its lock, then
+//! killed (and waited on) outside it. A kernel with a running or queued
+//! cell is never a victim of housekeeping; neither is a pinned (delegated
+//! child's) kernel for the cap, nor an attached owner's for reaping.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use super::key::{is_child, KernelKey};
+use super::slot::{Slot, Tombstone};
+use super::{Shared, State};
+use crate::kernel::Kernel;
+
+/// Tombstones kept at most; the oldest are forgotten first (their owners
+/// then get a fresh kernel without the explanation).
+const MAX_TOMBSTONES: usize = 10_000;
+
+/// Remember why `key`'s kernel went away, for its next call.
+pub(super) fn remember(state: &mut State, key: KernelKey, why: Tombstone) {
+    if state.tombstones.len() >= MAX_TOMBSTONES {
+        if let Some(k) = state.tombstones.keys().next().cloned() {
+            state.tombstones.remove(&k);
+        }
+    }
+    state.tombstones.insert(key, why);
+}
+
+/// Flag a slot just removed from the registry; returns its kernel to kill.
+pub(super) fn mark_removed(slot: &Slot) -> Option<Kernel> {
+    let mut meta = slot.meta();
+    meta.removed = true;
+    meta.kernel.take()
+}
+
+/// Kill `kernels` concurrently and wait until every one is gone.
+pub(super) async fn kill_all(kernels: Vec<Kernel>) {
+    let mut set = tokio::task::JoinSet::new();
+    for k in kernels {
+        set.spawn(async move { k.shutdown().await });
+    }
+    while set.join_next().await.is_some() {}
+}
+
+/// One housekeeping pass: reap idle kernels, then evict least recently
+/// used ones until at most `max_kernels` are live.
+pub(super) async fn run(shared: &Shared) {
+    let now = Instant::now();
+    let opts = &shared.opts;
+    let (reaped, evicted) = {
+        let mut state = shared.state();
+        if state.closed {
+            return;
+        }
+        let mut reaped = Vec::new();
+        if let Some(idle) = opts.idle_timeout {
+            let keys: Vec<KernelKey> = state
+                .slots
+                .iter()
+                .filter(|(k, s)| {
+                    let m = s.meta();
+                    m.kernel.is_some()
+                        && m.in_flight == 0
+                        && !state.attached.contains_key(&k.owner)
+                        && now.duration_since(m.last_used) >= idle
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                if let Some(kernel) = state.slots.remove(&k).and_then(|s| mark_removed(&s)) {
+                    reaped.push(kernel);
+                }
+                remember(&mut state, k, Tombstone::Reaped { idle });
+            }
+        }
+        let mut evicted = Vec::new();
+        let live = state
+            .slots
+            .values()
+            .filter(|s| Slot::is_live(&s.meta()))
+            .count();
+        if live > opts.max_kernels {
+            let mut candidates: Vec<(Instant, KernelKey)> = state
+                .slots
+                .iter()
+                .filter(|(k, s)| {
+                    let m = s.meta();
+                    m.kernel.is_some() && m.in_flight == 0 && !is_child(&k.owner)
+                })
+                .map(|(k, s)| (s.meta().last_used, k.clone()))
+                .collect();
+            candidates.sort();
+            for (_, k) in candidates.into_iter().take(live - opts.max_kernels) {
+                if let Some(kernel) = state.slots.remove(&k).and_then(|s| mark_removed(&s)) {
+                    evicted.push(kernel);
+                }
+                let max_kernels = opts.max_kernels;
+                remember(&mut state, k, Tombstone::Evicted { max_kernels });
+            }
+        }
+        (reaped, evicted)
+    };
+    if reaped.is_empty() && evicted.is_empty() {
+        return;
+    }
+    let c = &shared.counters;
+    c.reaps.fetch_add(reaped.len() as u64, Ordering::Relaxed);
+    c.evictions
+        .fetch_add(evicted.len() as u64, Ordering::Relaxed);
+    let mut all = reaped;
+    all.extend(evicted);
+    kill_all(all).await;
+}
+
+/// The background pass: every reap interval, independent of traffic. It
+/// holds the manager weakly and stops when the manager is gone or shut
+/// down.
+pub(super) fn start_reaper(shared: &Arc<Shared>) {
+    let Some(every) = shared.opts.effective_reap_interval() else {
+        return;
+    };
+    let weak: Weak<Shared> = Arc::downgrade(shared);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await; // the first tick is immediate
+        loop {
+            tick.tick().await;
+            let Some(shared) = weak.upgrade() else { return };
+            if shared.state().closed {
+                return;
+            }
+            run(&shared).await;
+        }
+    });
+}

@@ -1,0 +1,171 @@
+//! Who a kernel belongs to and what makes two kernels interchangeable.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+/// The separator in a delegated child's owner: `"{parent}::child::{id}"`.
+pub const CHILD_SEPARATOR: &str = "::child::";
+
+/// Longest accepted owner name, in bytes.
+pub const MAX_OWNER_LEN: usize = 512;
+
+/// A bad owner or child name, with what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {what} {name:?}: {why}")]
+pub struct OwnerError {
+    what: &'static str,
+    name: String,
+    why: &'static str,
+}
+
+/// Checks an owner (session id, or a child's full owner name).
+pub fn validate_owner(owner: &str) -> Result<(), OwnerError> {
+    let bad = |why| {
+        Err(OwnerError {
+            what: "session id",
+            name: owner.chars().take(80).collect(),
+            why,
+        })
+    };
+    if owner.is_empty() {
+        return bad("it is empty; pass the conversation's stable session id");
+    }
+    if owner.len() > MAX_OWNER_LEN {
+        return bad("it is longer than 512 bytes; use a shorter stable id");
+    }
+    if owner.chars().any(char::is_control) {
+        return bad("it contains control characters; use printable characters only");
+    }
+    Ok(())
+}
+
+/// The owner of child `child` delegated by `parent`.
+pub fn child_owner(parent: &str, child: &str) -> Result<String, OwnerError> {
+    validate_owner(parent)?;
+    if child.is_empty() || child.contains("::") || child.chars().any(char::is_control) {
+        return Err(OwnerError {
+            what: "child id",
+            name: child.chars().take(80).collect(),
+            why: "it must be non-empty, printable and free of \"::\"",
+        });
+    }
+    let owner = format!("{parent}{CHILD_SEPARATOR}{child}");
+    validate_owner(&owner)?;
+    Ok(owner)
+}
+
+/// `true` when `owner` is a delegated child (pinned against eviction).
+pub fn is_child(owner: &str) -> bool {
+    owner.contains(CHILD_SEPARATOR)
+}
+
+/// `true` when `owner` is `session` itself or one of its descendants.
+pub fn belongs_to_session(owner: &str, session: &str) -> bool {
+    owner == session
+        || owner
+            .strip_prefix(session)
+            .is_some_and(|rest| rest.starts_with(CHILD_SEPARATOR))
+}
+
+/// What a kernel is started with, besides its owner. Kernels with equal
+/// specs and owners are the same kernel.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct KernelSpec {
+    /// Interpreter (default: the manager's).
+    pub python: Option<PathBuf>,
+    /// Working directory (default: the manager's).
+    pub cwd: Option<PathBuf>,
+    /// The tools the kernel's cells may call (sorted, so order never makes
+    /// a second kernel).
+    pub tools: BTreeSet<String>,
+}
+
+impl KernelSpec {
+    pub fn python(mut self, python: impl Into<PathBuf>) -> Self {
+        self.python = Some(python.into());
+        self
+    }
+
+    pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+
+    pub fn tools<I, S>(mut self, tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tools = tools.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// `true` when a pooled kernel (started with the defaults) fits.
+    pub(crate) fn is_default_process(&self) -> bool {
+        self.python.is_none() && self.cwd.is_none()
+    }
+}
+
+/// `(owner, backend, interpreter, cwd, sorted tool set)`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct KernelKey {
+    pub owner: String,
+    pub backend: String,
+    #[serde(flatten)]
+    pub spec: KernelSpec,
+}
+
+impl fmt::Display for KernelKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.owner, self.backend)?;
+        if let Some(p) = &self.spec.python {
+            write!(f, " python={}", p.display())?;
+        }
+        if let Some(c) = &self.spec.cwd {
+            write!(f, " cwd={}", c.display())?;
+        }
+        if !self.spec.tools.is_empty() {
+            let tools: Vec<&str> = self.spec.tools.iter().map(String::as_str).collect();
+            write!(f, " tools={}", tools.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn children_are_named_and_recognised() {
+        let c = child_owner("conv-1", "a").unwrap();
+        assert_eq!(c, "conv-1::child::a");
+        assert!(is_child(&c));
+        assert!(!is_child("conv-1"));
+        assert!(belongs_to_session(&c, "conv-1"));
+        assert!(belongs_to_session("conv-1", "conv-1"));
+        assert!(!belongs_to_session("conv-10", "conv-1"));
+        assert!(!belongs_to_session("conv-1::childish", "conv-1"));
+    }
+
+    #[test]
+    fn bad_names_say_what_to_do() {
+        let e = validate_owner("").unwrap_err().to_string();
+        assert!(e.contains("empty"), "{e}");
+        assert!(validate_owner("a\nb").is_err());
+        assert!(validate_owner(&"x".repeat(600)).is_err());
+        let e = child_owner("p", "x::y").unwrap_err().to_string();
+        assert!(e.contains("child id"), "{e}");
+        assert!(child_owner("p", "").is_err());
+    }
+
+    #[test]
+    fn tool_order_never_makes_a_second_key() {
+        let a = KernelSpec::default().tools(["b", "a"]);
+        let b = KernelSpec::default().tools(["a", "b", "a"]);
+        assert_eq!(a, b);
+    }
+}

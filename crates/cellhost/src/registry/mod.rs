@@ -1,0 +1,549 @@
+//! The kernel registry: which kernel belongs to whom, how many live, and
+//! when they die.
+//!
+//! A [`KernelManager`] maps a [`KernelKey`] (owner, backend, interpreter,
+//! cwd, tool set) to one kernel. Cells for one key run one at a time in
+//! arrival order; parallel callers share one process. The manager caps
+//! live kernels (LRU, never a busy or pinned one), reaps idle ones on
+//! every call and from a background task, keeps a warm pool of unowned
+//! kernels for new owners, records live processes for crash recovery and
+//! reaps what a crashed predecessor left. It tears kernels down outside
+//! its lock.
+//!
+//! Concepts live in their own files: owners and keys in `key.rs`, one
+//! entry in `slot.rs`, eviction and reaping in `housekeeping.rs`, the warm
+//! pool in `pool.rs`, crash recovery in `recovery.rs`.
+
+mod housekeeping;
+mod key;
+mod pool;
+mod recovery;
+mod slot;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use cellhost_protocol::{CellResult, KernelState, KernelSummary};
+
+use crate::config::LifecycleConfig;
+use crate::kernel::{Cell, Kernel, KernelError, KernelOptions};
+use slot::{InFlight, Slot, Tombstone};
+
+pub use key::{
+    belongs_to_session, child_owner, is_child, validate_owner, KernelKey, KernelSpec, OwnerError,
+    CHILD_SEPARATOR,
+};
+pub use recovery::RecoveryReport;
+
+/// How the manager runs kernels. `ManagerOptions::new(data_dir)` gives the
+/// documented defaults.
+#[derive(Debug, Clone)]
+pub struct ManagerOptions {
+    /// Template for every kernel (interpreter, env, limits, runtime dir).
+    pub kernel: KernelOptions,
+    /// Most live owned kernels (the warm pool is extra). Default 32.
+    pub max_kernels: usize,
+    /// Idle time after which a kernel is reaped; `None`: never. Default 1800 s.
+    pub idle_timeout: Option<Duration>,
+    /// How often the background pass reaps; default
+    /// min(300, max(30, idle_timeout / 6)) s.
+    pub reap_interval: Option<Duration>,
+    /// Spawned, idle, unowned kernels kept ready. Default 2.
+    pub warm_pool: usize,
+    /// Where live-kernel records are kept (`<data_dir>/live`).
+    pub data_dir: PathBuf,
+    /// Staging dirs older than this are swept at start. Default 7 days.
+    pub stale_staging_age: Duration,
+}
+
+impl ManagerOptions {
+    pub fn new(data_dir: impl Into<PathBuf>) -> ManagerOptions {
+        let defaults = LifecycleConfig::default();
+        ManagerOptions {
+            kernel: KernelOptions::default(),
+            max_kernels: defaults.max_kernels,
+            idle_timeout: defaults.idle_timeout(),
+            reap_interval: None,
+            warm_pool: defaults.warm_pool,
+            data_dir: data_dir.into(),
+            stale_staging_age: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+
+    /// Apply a `[lifecycle]` config section.
+    pub fn lifecycle(mut self, config: &LifecycleConfig) -> Self {
+        self.max_kernels = config.max_kernels;
+        self.idle_timeout = config.idle_timeout();
+        self.warm_pool = config.warm_pool;
+        self
+    }
+
+    pub fn kernel(mut self, kernel: KernelOptions) -> Self {
+        self.kernel = kernel;
+        self
+    }
+
+    pub fn max_kernels(mut self, n: usize) -> Self {
+        self.max_kernels = n.max(1);
+        self
+    }
+
+    pub fn idle_timeout(mut self, idle: Option<Duration>) -> Self {
+        self.idle_timeout = idle;
+        self
+    }
+
+    pub fn reap_interval(mut self, every: Duration) -> Self {
+        self.reap_interval = Some(every);
+        self
+    }
+
+    pub fn warm_pool(mut self, n: usize) -> Self {
+        self.warm_pool = n;
+        self
+    }
+
+    /// The background pass's period.
+    pub fn effective_reap_interval(&self) -> Option<Duration> {
+        let idle = self.idle_timeout?;
+        Some(
+            self.reap_interval
+                .unwrap_or_else(|| Duration::from_secs((idle.as_secs() / 6).clamp(30, 300))),
+        )
+    }
+
+    fn record_dir(&self) -> PathBuf {
+        self.data_dir.join("live")
+    }
+}
+
+/// `$XDG_DATA_HOME/cellhost`, else `~/.local/share/cellhost`, else
+/// `./.cellhost`.
+pub fn default_data_dir() -> PathBuf {
+    match (std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME")) {
+        (Some(d), _) if Path::new(&d).is_absolute() => PathBuf::from(d).join("cellhost"),
+        (_, Some(h)) if Path::new(&h).is_absolute() => {
+            PathBuf::from(h).join(".local/share/cellhost")
+        }
+        _ => PathBuf::from(".cellhost"),
+    }
+}
+
+/// Failure of a manager call. A cell that fails is not an error: it is a
+/// [`CellResult`] that says so.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    #[error(transparent)]
+    Owner(#[from] OwnerError),
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
+    #[error("the kernel manager has shut down; start a new one")]
+    ShutDown,
+}
+
+/// Counters since the manager started (for metrics).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ManagerStats {
+    pub spawns: u64,
+    pub pool_hits: u64,
+    pub evictions: u64,
+    pub reaps: u64,
+    pub disposals: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    spawns: AtomicU64,
+    pool_hits: AtomicU64,
+    evictions: AtomicU64,
+    reaps: AtomicU64,
+    disposals: AtomicU64,
+}
+
+#[derive(Default)]
+struct State {
+    slots: HashMap<KernelKey, Arc<Slot>>,
+    /// Why a key's previous kernel is gone, until its next call. Bounded:
+    /// see `housekeeping::remember`.
+    tombstones: HashMap<KernelKey, Tombstone>,
+    /// Attachments per owner: attached owners are never reaped.
+    attached: HashMap<String, usize>,
+    closed: bool,
+}
+
+struct Shared {
+    opts: ManagerOptions,
+    state: Mutex<State>,
+    pool: pool::Pool,
+    counters: Counters,
+    recovery: RecoveryReport,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The registry of session kernels. Cheap to clone; clones share it.
+#[derive(Clone)]
+pub struct KernelManager {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for KernelManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelManager")
+            .field("data_dir", &self.shared.opts.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KernelManager {
+    /// Start a manager: reap what a crashed host left in `data_dir`, sweep
+    /// stale staging dirs, fill the warm pool and start the background
+    /// reaper. Must be called within a tokio runtime.
+    pub async fn start(mut opts: ManagerOptions) -> KernelManager {
+        opts.kernel.record_dir = Some(opts.record_dir());
+        let recovery = {
+            let (records, staging, age) = (
+                opts.record_dir(),
+                opts.kernel.staging_root.clone(),
+                opts.stale_staging_age,
+            );
+            tokio::task::spawn_blocking(move || recovery::recover(&records, &staging, age))
+                .await
+                .unwrap_or_default()
+        };
+        let shared = Arc::new(Shared {
+            pool: pool::Pool::new(opts.warm_pool),
+            opts,
+            state: Mutex::new(State::default()),
+            counters: Counters::default(),
+            recovery,
+        });
+        pool::refill(&shared);
+        housekeeping::start_reaper(&shared);
+        KernelManager { shared }
+    }
+
+    /// What start-up recovery found.
+    pub fn recovery(&self) -> &RecoveryReport {
+        &self.shared.recovery
+    }
+
+    /// The options this manager runs with.
+    pub fn options(&self) -> &ManagerOptions {
+        &self.shared.opts
+    }
+
+    /// Run `cell` in `owner`'s default kernel.
+    pub async fn execute(&self, owner: &str, cell: Cell) -> Result<CellResult, ManagerError> {
+        self.execute_with(owner, &KernelSpec::default(), cell).await
+    }
+
+    /// Run `cell` in the kernel of `(owner, spec)`, starting it if needed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future gives the turn to the next caller; a cell
+    /// already sent still runs to completion (interrupt it to stop it).
+    pub async fn execute_with(
+        &self,
+        owner: &str,
+        spec: &KernelSpec,
+        cell: Cell,
+    ) -> Result<CellResult, ManagerError> {
+        validate_owner(owner)?;
+        let key = KernelKey {
+            owner: owner.to_owned(),
+            backend: "local".to_owned(),
+            spec: spec.clone(),
+        };
+        loop {
+            let slot = self.check_out(&key)?;
+            let _in_flight = InFlight(&slot);
+            housekeeping::run(&self.shared).await;
+            let _turn = slot.turn.lock().await;
+            if slot.meta().removed {
+                continue; // disposed or evicted while we queued: start over
+            }
+            let kernel = match self.kernel_of(&slot).await? {
+                Some(k) => k,
+                None => continue,
+            };
+            let tombstone = slot.meta().tombstone.take();
+            let mut result = kernel.execute(cell).await?;
+            if let Some(t) = tombstone {
+                t.tell(&mut result);
+            }
+            return Ok(result);
+        }
+    }
+
+    /// Get or create the entry for `key`, counted as in flight.
+    fn check_out(&self, key: &KernelKey) -> Result<Arc<Slot>, ManagerError> {
+        let mut state = self.shared.state();
+        if state.closed {
+            return Err(ManagerError::ShutDown);
+        }
+        let slot = match state.slots.get(key) {
+            Some(s) => s.clone(),
+            None => {
+                let tombstone = state.tombstones.remove(key);
+                let s = Arc::new(Slot::new(key.clone(), tombstone));
+                state.slots.insert(key.clone(), s.clone());
+                s
+            }
+        };
+        let mut meta = slot.meta();
+        meta.in_flight += 1;
+        Slot::touch(&mut meta);
+        drop(meta);
+        Ok(slot)
+    }
+
+    /// The entry's kernel, started (or taken from the pool) under its turn
+    /// lock. `None` when the entry was removed meanwhile.
+    async fn kernel_of(&self, slot: &Slot) -> Result<Option<Kernel>, ManagerError> {
+        {
+            let mut meta = slot.meta();
+            if let Some(k) = &meta.kernel {
+                return Ok(Some(k.clone()));
+            }
+            meta.starting = true;
+        }
+        let started = self.new_kernel(&slot.key.spec).await;
+        let removed = {
+            let mut meta = slot.meta();
+            meta.starting = false;
+            match &started {
+                Ok(k) if !meta.removed => meta.kernel = Some(k.clone()),
+                _ => {}
+            }
+            meta.removed
+        };
+        let kernel = started.map_err(KernelError::from)?;
+        if removed {
+            kernel.shutdown().await;
+            return Ok(None);
+        }
+        Ok(Some(kernel))
+    }
+
+    async fn new_kernel(&self, spec: &KernelSpec) -> Result<Kernel, crate::kernel::SpawnError> {
+        if spec.is_default_process() {
+            if let Some(k) = self.shared.pool.take() {
+                self.shared
+                    .counters
+                    .pool_hits
+                    .fetch_add(1, Ordering::Relaxed);
+                pool::refill(&self.shared);
+                return Ok(k);
+            }
+        }
+        let mut opts = self.shared.opts.kernel.clone();
+        if let Some(p) = &spec.python {
+            opts.python = Some(p.clone());
+        }
+        if let Some(c) = &spec.cwd {
+            opts.cwd = Some(c.clone());
+        }
+        let k = Kernel::spawn(opts).await?;
+        self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
+        Ok(k)
+    }
+
+    /// Interrupt the running cell of each of `owner`'s kernels (not its
+    /// children's). Returns how many cells were interrupted.
+    pub async fn interrupt(&self, owner: &str) -> usize {
+        let kernels: Vec<Kernel> = {
+            let state = self.shared.state();
+            state
+                .slots
+                .values()
+                .filter(|s| s.key.owner == owner)
+                .filter_map(|s| s.meta().kernel.clone())
+                .collect()
+        };
+        let mut n = 0;
+        for k in kernels {
+            if k.interrupt().await.unwrap_or(false) {
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Kill all kernels of `session` and of its delegated children (session
+    /// reset or close). Returns how many were killed.
+    pub async fn dispose_owner(&self, session: &str) -> usize {
+        self.dispose_where(|owner| belongs_to_session(owner, session))
+            .await
+    }
+
+    /// Kill only the kernels of `parent`'s delegated child `child` (and of
+    /// that child's own children).
+    pub async fn dispose_child(&self, parent: &str, child: &str) -> Result<usize, OwnerError> {
+        let owner = child_owner(parent, child)?;
+        Ok(self.dispose_where(|o| belongs_to_session(o, &owner)).await)
+    }
+
+    async fn dispose_where(&self, pick: impl Fn(&str) -> bool) -> usize {
+        let victims = {
+            let mut state = self.shared.state();
+            let keys: Vec<KernelKey> = state
+                .slots
+                .keys()
+                .filter(|k| pick(&k.owner))
+                .cloned()
+                .collect();
+            state.tombstones.retain(|k, _| !pick(&k.owner));
+            keys.into_iter()
+                .filter_map(|k| {
+                    let slot = state.slots.remove(&k)?;
+                    let had_kernel = housekeeping::mark_removed(&slot);
+                    if had_kernel.is_some() {
+                        housekeeping::remember(&mut state, k, Tombstone::Disposed);
+                    }
+                    had_kernel
+                })
+                .collect::<Vec<_>>()
+        };
+        let n = victims.len();
+        self.shared
+            .counters
+            .disposals
+            .fetch_add(n as u64, Ordering::Relaxed);
+        housekeeping::kill_all(victims).await;
+        n
+    }
+
+    /// Keep `owner`'s kernels from being reaped while the guard lives (a
+    /// front end streaming them, a user attached from the dashboard).
+    pub fn attach(&self, owner: &str) -> Attachment {
+        *self
+            .shared
+            .state()
+            .attached
+            .entry(owner.to_owned())
+            .or_default() += 1;
+        Attachment {
+            shared: self.shared.clone(),
+            owner: owner.to_owned(),
+        }
+    }
+
+    /// One line per owned kernel, oldest first.
+    pub fn list(&self) -> Vec<KernelSummary> {
+        let slots: Vec<Arc<Slot>> = self.shared.state().slots.values().cloned().collect();
+        let now = std::time::Instant::now();
+        let mut out: Vec<KernelSummary> = slots
+            .iter()
+            .map(|slot| {
+                let meta = slot.meta();
+                let kernel = meta.kernel.as_ref();
+                let state = if meta.starting || kernel.is_none() {
+                    KernelState::Starting
+                } else if meta.in_flight > 0 || kernel.is_some_and(Kernel::is_busy) {
+                    KernelState::Busy
+                } else {
+                    KernelState::Idle
+                };
+                let pid = kernel.and_then(Kernel::pid);
+                KernelSummary {
+                    owner: slot.key.owner.clone(),
+                    key: slot.key.to_string(),
+                    id: kernel.map(Kernel::process_id).unwrap_or_default(),
+                    backend: slot.key.backend.clone(),
+                    pid,
+                    state,
+                    execution_count: kernel.map_or(0, Kernel::execution_count),
+                    queued: meta.in_flight.saturating_sub(1),
+                    created: unix_seconds(slot.created),
+                    last_used: unix_seconds(meta.last_used_wall),
+                    idle_seconds: if meta.in_flight > 0 {
+                        0.0
+                    } else {
+                        now.duration_since(meta.last_used).as_secs_f64()
+                    },
+                    rss_bytes: pid.and_then(crate::kernel::rss_bytes),
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.created.total_cmp(&b.created));
+        out
+    }
+
+    /// Kernels waiting in the warm pool.
+    pub fn pooled(&self) -> usize {
+        self.shared.pool.len()
+    }
+
+    pub fn stats(&self) -> ManagerStats {
+        let c = &self.shared.counters;
+        ManagerStats {
+            spawns: c.spawns.load(Ordering::Relaxed) + self.shared.pool.spawned(),
+            pool_hits: c.pool_hits.load(Ordering::Relaxed),
+            evictions: c.evictions.load(Ordering::Relaxed),
+            reaps: c.reaps.load(Ordering::Relaxed),
+            disposals: c.disposals.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Reap idle kernels and enforce the cap now (the background task and
+    /// every call do this too).
+    pub async fn housekeep(&self) {
+        housekeeping::run(&self.shared).await;
+    }
+
+    /// Kill every kernel (owned and pooled) and wait until all are gone.
+    /// Later calls fail with [`ManagerError::ShutDown`]. Idempotent.
+    pub async fn shutdown(&self) {
+        let victims: Vec<Kernel> = {
+            let mut state = self.shared.state();
+            state.closed = true;
+            state
+                .slots
+                .drain()
+                .filter_map(|(_, slot)| housekeeping::mark_removed(&slot))
+                .collect()
+        };
+        let mut all = victims;
+        all.extend(self.shared.pool.close());
+        housekeeping::kill_all(all).await;
+        self.shared.pool.settled().await;
+    }
+}
+
+/// Keeps an owner's kernels from idle reaping while alive.
+#[derive(Debug)]
+pub struct Attachment {
+    shared: Arc<Shared>,
+    owner: String,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Shared")
+    }
+}
+
+impl Drop for Attachment {
+    fn drop(&mut self) {
+        let mut state = self.shared.state();
+        if let Some(n) = state.attached.get_mut(&self.owner) {
+            *n -= 1;
+            if *n == 0 {
+                state.attached.remove(&self.owner);
+            }
+        }
+    }
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}

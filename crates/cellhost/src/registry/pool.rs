@@ -1,0 +1,128 @@
+//! The warm pool: spawned, idle, unowned kernels ready for new owners, so a
+//! new session's first cell costs about what a warm cell costs.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::Shared;
+use crate::kernel::Kernel;
+
+pub(super) struct Pool {
+    target: usize,
+    ready: Mutex<Ready>,
+    /// Spawns in progress.
+    filling: AtomicUsize,
+    spawned: AtomicU64,
+}
+
+#[derive(Default)]
+struct Ready {
+    kernels: Vec<Kernel>,
+    closed: bool,
+    /// Set when a spawn failed: the pool stops refilling rather than
+    /// retry in a loop (owners still get kernels spawned on demand).
+    broken: bool,
+}
+
+impl Pool {
+    pub(super) fn new(target: usize) -> Pool {
+        Pool {
+            target,
+            ready: Mutex::new(Ready::default()),
+            filling: AtomicUsize::new(0),
+            spawned: AtomicU64::new(0),
+        }
+    }
+
+    fn ready(&self) -> MutexGuard<'_, Ready> {
+        self.ready.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A pooled kernel whose process is alive, if any.
+    pub(super) fn take(&self) -> Option<Kernel> {
+        let mut ready = self.ready();
+        while let Some(k) = ready.kernels.pop() {
+            if k.pid().is_some_and(crate::kernel::pid_alive) {
+                return Some(k);
+            }
+            // Died while pooled: drop it (its actor cleans up).
+        }
+        None
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.ready().kernels.len()
+    }
+
+    pub(super) fn spawned(&self) -> u64 {
+        self.spawned.load(Ordering::Relaxed)
+    }
+
+    /// Wait until no pool spawn is in progress (after [`Pool::close`]).
+    pub(super) async fn settled(&self) {
+        while self.filling.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Stop refilling and hand back the pooled kernels to kill.
+    pub(super) fn close(&self) -> Vec<Kernel> {
+        let mut ready = self.ready();
+        ready.closed = true;
+        std::mem::take(&mut ready.kernels)
+    }
+}
+
+/// Top the pool up to its target in the background.
+pub(super) fn refill(shared: &Arc<Shared>) {
+    let pool = &shared.pool;
+    loop {
+        {
+            let ready = pool.ready();
+            let want = pool.target;
+            let have = ready.kernels.len() + pool.filling.load(Ordering::SeqCst);
+            if ready.closed || ready.broken || have >= want {
+                return;
+            }
+            pool.filling.fetch_add(1, Ordering::SeqCst);
+        }
+        let weak = Arc::downgrade(shared);
+        let opts = shared.opts.kernel.clone();
+        tokio::spawn(async move {
+            let spawned = Kernel::spawn(opts).await;
+            let Some(shared) = weak.upgrade() else {
+                if let Ok(k) = spawned {
+                    k.shutdown().await;
+                }
+                return;
+            };
+            let pool = &shared.pool;
+            let leftover = {
+                let mut ready = pool.ready();
+                let leftover = match spawned {
+                    Ok(k) if !ready.closed => {
+                        pool.spawned.fetch_add(1, Ordering::Relaxed);
+                        ready.kernels.push(k);
+                        None
+                    }
+                    Ok(k) => Some(k),
+                    Err(_) => {
+                        ready.broken = true;
+                        None
+                    }
+                };
+                if leftover.is_none() {
+                    pool.filling.fetch_sub(1, Ordering::SeqCst);
+                }
+                leftover
+            };
+            // Spawned after shutdown: kill it before saying the spawn is
+            // over, so `shutdown` (waiting on `filling`) never returns
+            // while it lives.
+            if let Some(k) = leftover {
+                k.shutdown().await;
+                pool.filling.fetch_sub(1, Ordering::SeqCst);
+            }
+        });
+    }
+}

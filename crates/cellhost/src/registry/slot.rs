@@ -1,0 +1,126 @@
+//! One registry entry: a kernel key, its (lazily started) kernel, the
+//! turn lock that runs its cells one at a time, and its bookkeeping.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
+
+use cellhost_protocol::CellResult;
+
+use super::key::KernelKey;
+use crate::kernel::Kernel;
+
+/// Why an owner's previous kernel is gone; told to its next call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Tombstone {
+    Evicted { max_kernels: usize },
+    Reaped { idle: Duration },
+    Disposed,
+}
+
+impl Tombstone {
+    /// Make `result` (the first cell of the replacement kernel) say what
+    /// happened to the previous one.
+    pub(crate) fn tell(&self, result: &mut CellResult) {
+        let sentence = match self {
+            Tombstone::Evicted { max_kernels } => {
+                result.kernel.state_lost = true;
+                format!(
+                    "State lost: this session's previous kernel was evicted to keep at most \
+                     {max_kernels} kernels (least recently used first); this is a fresh kernel, \
+                     so re-run setup cells."
+                )
+            }
+            Tombstone::Reaped { idle } => {
+                result.kernel.state_lost = true;
+                format!(
+                    "State lost: this session's previous kernel was stopped after {} s idle \
+                     (idle_timeout); this is a fresh kernel, so re-run setup cells.",
+                    idle.as_secs()
+                )
+            }
+            Tombstone::Disposed => {
+                result.kernel.state_reset = true;
+                "State reset: this session's kernels were disposed (reset or closed); this is \
+                 a fresh kernel."
+                    .to_owned()
+            }
+        };
+        result.kernel.note = Some(match result.kernel.note.take() {
+            Some(n) if !n.is_empty() => format!("{sentence} {n}"),
+            _ => sentence,
+        });
+    }
+}
+
+/// Bookkeeping read and written under a short std lock.
+#[derive(Debug)]
+pub(crate) struct Meta {
+    /// The kernel, once started. Shared here (not only under the turn
+    /// lock) so housekeeping can shut it down while a cell runs.
+    pub kernel: Option<Kernel>,
+    pub last_used: Instant,
+    pub last_used_wall: SystemTime,
+    /// Cells running or queued on this entry.
+    pub in_flight: usize,
+    pub starting: bool,
+    /// Removed from the registry; callers queued on it start over.
+    pub removed: bool,
+    /// Told to the first result of this entry's kernel.
+    pub tombstone: Option<Tombstone>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub key: KernelKey,
+    pub created: SystemTime,
+    /// Held for the whole of a cell: cells run in arrival order (tokio's
+    /// mutex is fair) and only one caller ever starts the kernel.
+    pub turn: tokio::sync::Mutex<()>,
+    meta: Mutex<Meta>,
+}
+
+impl Slot {
+    pub(crate) fn new(key: KernelKey, tombstone: Option<Tombstone>) -> Slot {
+        Slot {
+            key,
+            created: SystemTime::now(),
+            turn: tokio::sync::Mutex::new(()),
+            meta: Mutex::new(Meta {
+                kernel: None,
+                last_used: Instant::now(),
+                last_used_wall: SystemTime::now(),
+                in_flight: 0,
+                starting: false,
+                removed: false,
+                tombstone,
+            }),
+        }
+    }
+
+    /// The bookkeeping. A panic elsewhere never poisons it for good: the
+    /// data stays consistent field by field.
+    pub(crate) fn meta(&self) -> MutexGuard<'_, Meta> {
+        self.meta.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn touch(meta: &mut Meta) {
+        meta.last_used = Instant::now();
+        meta.last_used_wall = SystemTime::now();
+    }
+
+    /// A kernel is (or is being) started for this entry.
+    pub(crate) fn is_live(meta: &Meta) -> bool {
+        meta.kernel.is_some() || meta.starting
+    }
+}
+
+/// Decrements `in_flight` when a call leaves the entry, however it leaves.
+pub(crate) struct InFlight<'a>(pub &'a Slot);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut meta = self.0.meta();
+        meta.in_flight = meta.in_flight.saturating_sub(1);
+        Slot::touch(&mut meta);
+    }
+}
