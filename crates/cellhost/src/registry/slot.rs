@@ -108,9 +108,10 @@ impl Slot {
         meta.last_used_wall = SystemTime::now();
     }
 
-    /// A kernel is (or is being) started for this entry.
+    /// A kernel runs, is being started, or is about to be (a call is in
+    /// flight): it counts against the cap.
     pub(crate) fn is_live(meta: &Meta) -> bool {
-        meta.kernel.is_some() || meta.starting
+        meta.kernel.is_some() || meta.starting || meta.in_flight > 0
     }
 }
 
