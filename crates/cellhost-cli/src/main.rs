@@ -45,6 +45,10 @@ pub(crate) struct RunArgs {
     /// Python interpreter (default: $CELLHOST_PYTHON, else python3 on PATH).
     #[arg(long, value_name = "PATH")]
     pub python: Option<PathBuf>,
+    /// Where live kernels are recorded for crash recovery (default:
+    /// $XDG_DATA_HOME/cellhost, else ~/.local/share/cellhost).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {

@@ -5,7 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use cellhost::percent::{self, ScriptCell};
-use cellhost::{Cell, Kernel, KernelOptions, SpawnError};
+use cellhost::registry::{KernelManager, ManagerError, ManagerOptions};
+use cellhost::{Cell, KernelError, KernelOptions, SpawnError};
 
 use crate::RunArgs;
 
@@ -68,33 +69,47 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         default_timeout: args.timeout,
         ..KernelOptions::default()
     };
-    let kernel = match Kernel::spawn(opts).await {
-        Ok(k) => k,
-        Err(e @ (SpawnError::Interpreter(_) | SpawnError::TooOld { .. })) => {
-            eprintln!("cellhost: {e}");
-            return 2;
-        }
-        Err(e) => {
-            eprintln!("cellhost: failed to start a kernel: {e}");
-            return 1;
-        }
-    };
+    // Checked up front so a missing interpreter is a usage error (exit 2)
+    // before any kernel starts.
+    if let Err(e) = cellhost::Interpreter::resolve(opts.python.as_deref()) {
+        eprintln!("cellhost: {e}");
+        return 2;
+    }
+    // A manager of one kernel: it records the kernel under the data dir and
+    // reaps what a crashed earlier run left there.
+    let data_dir = args
+        .data_dir
+        .clone()
+        .unwrap_or_else(cellhost::registry::default_data_dir);
+    let manager = KernelManager::start(
+        ManagerOptions::new(data_dir)
+            .kernel(opts)
+            .max_kernels(1)
+            .warm_pool(0)
+            .idle_timeout(None),
+    )
+    .await;
     let interrupted = Arc::new(AtomicBool::new(false));
     let presses = Arc::new(AtomicUsize::new(0));
     let ctrl_c = tokio::spawn(forward_ctrl_c(
         sigint,
-        kernel.clone(),
+        manager.clone(),
         interrupted.clone(),
         presses,
     ));
-    let code = run_cells(&kernel, &cells, &args, &interrupted).await;
+    let term = tokio::spawn(shutdown_on_sigterm(manager.clone()));
+    let code = run_cells(&manager, &cells, &args, &interrupted).await;
     ctrl_c.abort();
-    kernel.shutdown().await;
+    term.abort();
+    manager.shutdown().await;
     code
 }
 
+/// The owner of `cellhost run`'s one kernel.
+const OWNER: &str = "run";
+
 async fn run_cells(
-    kernel: &Kernel,
+    manager: &KernelManager,
     cells: &[ScriptCell],
     args: &RunArgs,
     interrupted: &AtomicBool,
@@ -112,8 +127,14 @@ async fn run_cells(
                 return u8::from(failed);
             }
         }
-        let result = match kernel.execute(Cell::new(cell.code.clone())).await {
+        let result = match manager.execute(OWNER, Cell::new(cell.code.clone())).await {
             Ok(r) => r,
+            Err(ManagerError::Kernel(KernelError::Spawn(
+                e @ (SpawnError::Interpreter(_) | SpawnError::TooOld { .. }),
+            ))) => {
+                eprintln!("cellhost: {e}");
+                return 2;
+            }
             Err(e) => {
                 eprintln!("cellhost: cell {} (line {}): {e}", cell.index, cell.line);
                 return 1;
@@ -151,7 +172,7 @@ async fn run_cells(
 /// Ctrl-C kills the kernel and exits at once.
 async fn forward_ctrl_c(
     mut sigint: tokio::signal::unix::Signal,
-    kernel: Kernel,
+    manager: KernelManager,
     interrupted: Arc<AtomicBool>,
     presses: Arc<AtomicUsize>,
 ) {
@@ -162,10 +183,22 @@ async fn forward_ctrl_c(
         interrupted.store(true, Ordering::Relaxed);
         if presses.fetch_add(1, Ordering::Relaxed) == 0 {
             eprintln!("\ncellhost: interrupting the running cell (Ctrl-C again to kill the kernel and quit)");
-            let _ = kernel.interrupt().await;
+            manager.interrupt(OWNER).await;
         } else {
-            kernel.shutdown().await;
+            manager.shutdown().await;
             std::process::exit(130);
         }
+    }
+}
+
+/// SIGTERM kills the kernel (and waits for it) before exiting.
+async fn shutdown_on_sigterm(manager: KernelManager) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        return;
+    };
+    if term.recv().await.is_some() {
+        manager.shutdown().await;
+        std::process::exit(143);
     }
 }

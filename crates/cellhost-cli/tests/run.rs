@@ -5,8 +5,14 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// The binary, with its data dir (live-kernel records) kept out of the
+/// user's home.
 fn cellhost() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_cellhost"))
+    static DATA: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let data = DATA.get_or_init(|| tempfile::tempdir().unwrap());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellhost"));
+    cmd.env("XDG_DATA_HOME", data.path());
+    cmd
 }
 
 fn script(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
