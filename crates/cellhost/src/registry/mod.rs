@@ -270,12 +270,18 @@ impl KernelManager {
             if slot.meta().removed {
                 continue; // disposed or evicted while we queued: start over
             }
-            let kernel = match self.kernel_of(&slot).await? {
+            let (kernel, from_pool) = match self.kernel_of(&slot).await? {
                 Some(k) => k,
                 None => continue,
             };
             let tombstone = slot.meta().tombstone.take();
-            let mut result = kernel.execute(cell).await?;
+            let result = kernel.execute(cell).await;
+            if from_pool {
+                // Refill only now: a spawn started during the cell would
+                // compete with it for the runtime and the CPU.
+                pool::refill(&self.shared);
+            }
+            let mut result = result?;
             if let Some(t) = tombstone {
                 t.tell(&mut result);
             }
@@ -305,13 +311,13 @@ impl KernelManager {
         Ok(slot)
     }
 
-    /// The entry's kernel, started (or taken from the pool) under its turn
-    /// lock. `None` when the entry was removed meanwhile.
-    async fn kernel_of(&self, slot: &Slot) -> Result<Option<Kernel>, ManagerError> {
+    /// The entry's kernel, started (or taken from the pool: then `true`)
+    /// under its turn lock. `None` when the entry was removed meanwhile.
+    async fn kernel_of(&self, slot: &Slot) -> Result<Option<(Kernel, bool)>, ManagerError> {
         {
             let mut meta = slot.meta();
             if let Some(k) = &meta.kernel {
-                return Ok(Some(k.clone()));
+                return Ok(Some((k.clone(), false)));
             }
             meta.starting = true;
         }
@@ -320,28 +326,28 @@ impl KernelManager {
             let mut meta = slot.meta();
             meta.starting = false;
             match &started {
-                Ok(k) if !meta.removed => meta.kernel = Some(k.clone()),
+                Ok((k, _)) if !meta.removed => meta.kernel = Some(k.clone()),
                 _ => {}
             }
             meta.removed
         };
-        let kernel = started.map_err(KernelError::from)?;
+        let (kernel, from_pool) = started.map_err(KernelError::from)?;
         if removed {
             kernel.shutdown().await;
             return Ok(None);
         }
-        Ok(Some(kernel))
+        Ok(Some((kernel, from_pool)))
     }
 
-    async fn new_kernel(&self, spec: &KernelSpec) -> Result<Kernel, crate::kernel::SpawnError> {
+    async fn new_kernel(
+        &self,
+        spec: &KernelSpec,
+    ) -> Result<(Kernel, bool), crate::kernel::SpawnError> {
         if spec.is_default_process() {
             if let Some(k) = self.shared.pool.take() {
-                self.shared
-                    .counters
-                    .pool_hits
-                    .fetch_add(1, Ordering::Relaxed);
-                pool::refill(&self.shared);
-                return Ok(k);
+                let hits = &self.shared.counters.pool_hits;
+                hits.fetch_add(1, Ordering::Relaxed);
+                return Ok((k, true));
             }
         }
         let mut opts = self.shared.opts.kernel.clone();
@@ -353,7 +359,7 @@ impl KernelManager {
         }
         let k = Kernel::spawn(opts).await?;
         self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
-        Ok(k)
+        Ok((k, false))
     }
 
     /// Interrupt the running cell of each of `owner`'s kernels (not its
