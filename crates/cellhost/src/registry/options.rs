@@ -1,0 +1,154 @@
+//! How a [`KernelManager`](super::KernelManager) runs kernels, and where it
+//! keeps its files.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::config::LifecycleConfig;
+use crate::kernel::KernelOptions;
+
+/// How the manager runs kernels. `ManagerOptions::new(data_dir)` gives the
+/// documented defaults.
+#[derive(Debug, Clone)]
+pub struct ManagerOptions {
+    /// Template for every kernel (interpreter, env, limits, runtime dir).
+    pub kernel: KernelOptions,
+    /// Most live owned kernels (the warm pool is extra). Default 32.
+    pub max_kernels: usize,
+    /// Idle time after which a kernel is reaped; `None`: never. Default 1800 s.
+    pub idle_timeout: Option<Duration>,
+    /// How often the background pass reaps; default
+    /// min(300, max(30, idle_timeout / 6)) s.
+    pub reap_interval: Option<Duration>,
+    /// Spawned, idle, unowned kernels kept ready. Default 2.
+    pub warm_pool: usize,
+    /// Where live-kernel records are kept (`<data_dir>/live`).
+    pub data_dir: PathBuf,
+    /// Staging dirs older than this are swept at start. Default 7 days.
+    pub stale_staging_age: Duration,
+}
+
+impl ManagerOptions {
+    pub fn new(data_dir: impl Into<PathBuf>) -> ManagerOptions {
+        let defaults = LifecycleConfig::default();
+        ManagerOptions {
+            kernel: KernelOptions::default(),
+            max_kernels: defaults.max_kernels,
+            idle_timeout: defaults.idle_timeout(),
+            reap_interval: None,
+            warm_pool: defaults.warm_pool,
+            data_dir: data_dir.into(),
+            stale_staging_age: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+
+    /// Apply a `[lifecycle]` config section.
+    pub fn lifecycle(mut self, config: &LifecycleConfig) -> Self {
+        self.max_kernels = config.max_kernels;
+        self.idle_timeout = config.idle_timeout();
+        self.warm_pool = config.warm_pool;
+        self
+    }
+
+    pub fn kernel(mut self, kernel: KernelOptions) -> Self {
+        self.kernel = kernel;
+        self
+    }
+
+    pub fn max_kernels(mut self, n: usize) -> Self {
+        self.max_kernels = n.max(1);
+        self
+    }
+
+    pub fn idle_timeout(mut self, idle: Option<Duration>) -> Self {
+        self.idle_timeout = idle;
+        self
+    }
+
+    pub fn reap_interval(mut self, every: Duration) -> Self {
+        self.reap_interval = Some(every);
+        self
+    }
+
+    pub fn warm_pool(mut self, n: usize) -> Self {
+        self.warm_pool = n;
+        self
+    }
+
+    /// The background pass's period.
+    pub fn effective_reap_interval(&self) -> Option<Duration> {
+        let idle = self.idle_timeout?;
+        Some(
+            self.reap_interval
+                .unwrap_or_else(|| Duration::from_secs((idle.as_secs() / 6).clamp(30, 300))),
+        )
+    }
+
+    pub(super) fn record_dir(&self) -> PathBuf {
+        self.data_dir.join("live")
+    }
+}
+
+/// `$XDG_DATA_HOME/cellhost`, else `~/.local/share/cellhost`, else
+/// `./.cellhost`.
+pub fn default_data_dir() -> PathBuf {
+    match (std::env::var_os("XDG_DATA_HOME"), std::env::var_os("HOME")) {
+        (Some(d), _) if Path::new(&d).is_absolute() => PathBuf::from(d).join("cellhost"),
+        (_, Some(h)) if Path::new(&h).is_absolute() => {
+            PathBuf::from(h).join(".local/share/cellhost")
+        }
+        _ => PathBuf::from(".cellhost"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn the_reap_interval_follows_the_idle_timeout_within_30_to_300_s() {
+        let every = |idle: u64| {
+            ManagerOptions::new("/d")
+                .idle_timeout(Some(Duration::from_secs(idle)))
+                .effective_reap_interval()
+                .unwrap()
+                .as_secs()
+        };
+        assert_eq!(every(1800), 300);
+        assert_eq!(every(600), 100);
+        assert_eq!(every(60), 30);
+        assert_eq!(every(100_000), 300);
+        assert!(ManagerOptions::new("/d")
+            .idle_timeout(None)
+            .effective_reap_interval()
+            .is_none());
+    }
+
+    #[test]
+    fn lifecycle_config_sets_the_limits() {
+        let config = Config::parse(
+            "[lifecycle]\nmax_kernels = 5\nidle_timeout = 0\nwarm_pool = 1\n",
+            Path::new("cellhost.toml"),
+        )
+        .unwrap();
+        let opts = ManagerOptions::new("/d").lifecycle(&config.lifecycle);
+        assert_eq!(opts.max_kernels, 5);
+        assert_eq!(opts.idle_timeout, None);
+        assert_eq!(opts.warm_pool, 1);
+        let defaults = ManagerOptions::new("/d");
+        assert_eq!(
+            (defaults.max_kernels, defaults.warm_pool),
+            (32, 2),
+            "the documented defaults"
+        );
+        assert_eq!(defaults.idle_timeout, Some(Duration::from_secs(1800)));
+        let err = Config::parse("[lifecycle]\nwarm_pool = 40\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("warm_pool") && err.contains("max_kernels"),
+            "{err}"
+        );
+    }
+}
