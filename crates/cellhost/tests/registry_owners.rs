@@ -252,3 +252,36 @@ fn manager_futures_are_send() {
         m.manager.shutdown().await;
     });
 }
+
+#[tokio::test]
+async fn a_caller_that_gives_up_never_wedges_its_kernel() {
+    let m = plain().await;
+    // Given up while the kernel starts: nothing ran, nothing leaks.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(1),
+        m.manager.execute("p", Cell::new("x = 1")),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    m.run("p", "x = 1").await;
+    // Given up while its cell runs: the cell was sent, so it still runs,
+    // before anything queued after it.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(100),
+        m.manager
+            .execute("p", Cell::new("import time; time.sleep(0.5); y = 2")),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    let r = m.run("p", "x + y").await;
+    assert_eq!(r.value.as_deref(), Some("3"), "{r:?}");
+    let list = m.manager.list();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].state, KernelState::Idle);
+    assert!(
+        common::registry::eventually(Duration::from_secs(5), || m.runner_pids().len() == 1).await,
+        "an abandoned spawn leaves no process: {:?}",
+        m.runner_pids()
+    );
+    m.manager.shutdown().await;
+}

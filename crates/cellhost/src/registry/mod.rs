@@ -227,10 +227,12 @@ impl KernelManager {
             }
             meta.starting = true;
         }
+        // Cleared however this future ends (a caller may give up mid-spawn).
+        let starting = Starting(slot);
         let started = self.new_kernel(&slot.key.spec).await;
+        drop(starting);
         let removed = {
             let mut meta = slot.meta();
-            meta.starting = false;
             match &started {
                 Ok((k, _)) if !meta.removed => meta.kernel = Some(k.clone()),
                 _ => {}
@@ -427,6 +429,15 @@ impl KernelManager {
         all.extend(self.shared.pool.close());
         housekeeping::kill_all(all).await;
         self.shared.pool.settled().await;
+    }
+}
+
+/// Clears an entry's `starting` flag when dropped.
+struct Starting<'a>(&'a Slot);
+
+impl Drop for Starting<'_> {
+    fn drop(&mut self) {
+        self.0.meta().starting = false;
     }
 }
 
