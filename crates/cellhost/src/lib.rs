@@ -25,5 +25,5 @@ pub mod percent;
 
 pub use cellhost_protocol::{CellResult, DisplayItem, KernelInfo, Status, Truncated};
 pub use interpreter::{Interpreter, InterpreterError};
-pub use kernel::{Cell, Kernel, KernelError, KernelOptions, SpawnError};
+pub use kernel::{Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SpawnError};
 pub use output::OutputLimits;

@@ -1,0 +1,506 @@
+//! Rich outputs: display(), matplotlib figures, rich last values, caps,
+//! threads and the event sink, with real matplotlib, pillow and pandas
+//! (the test venv).
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine;
+use cellhost::{Cell, CellEvent, CellResult, DisplayItem, DisplayLimits, Status};
+use common::{kernel, kernel_with, options, venv_python, TestKernel};
+
+async fn venv_kernel() -> TestKernel {
+    venv_kernel_with(DisplayLimits::default()).await
+}
+
+async fn venv_kernel_with(limits: DisplayLimits) -> TestKernel {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = options(&dir).python(venv_python()).display_limits(limits);
+    kernel_with(opts, dir).await
+}
+
+/// A kernel on the default python with these caps.
+async fn kernel_limits(limits: DisplayLimits) -> TestKernel {
+    let dir = tempfile::tempdir().unwrap();
+    kernel_with(options(&dir).display_limits(limits), dir).await
+}
+
+fn ok(r: &CellResult) {
+    assert_eq!(r.status, Status::Success, "{r:#?}");
+}
+
+/// The items of display `n`.
+fn display(r: &CellResult, n: u32) -> Vec<&DisplayItem> {
+    r.displays.iter().filter(|d| d.display == n).collect()
+}
+
+fn count(r: &CellResult) -> usize {
+    r.displays.last().map_or(0, |d| d.display as usize + 1)
+}
+
+fn item<'a>(r: &'a CellResult, n: u32, mime: &str) -> &'a DisplayItem {
+    r.displays
+        .iter()
+        .find(|d| d.display == n && d.mime == mime)
+        .unwrap_or_else(|| panic!("display {n} has no {mime}: {:#?}", r.displays))
+}
+
+/// Decode a base64 PNG, check its signature, return (width, height).
+fn png_size(item: &DisplayItem) -> (u32, u32) {
+    assert_eq!(item.mime, "image/png");
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(&item.data)
+        .expect("valid base64");
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
+    assert_eq!(&png[12..16], b"IHDR");
+    let be = |i: usize| u32::from_be_bytes(png[i..i + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+#[tokio::test]
+async fn a_line_plot_left_open_arrives_as_a_png_and_is_closed() {
+    let k = venv_kernel().await;
+    let r = k
+        .run("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('line')\nx = 1")
+        .await;
+    ok(&r);
+    assert_eq!(count(&r), 1, "{:#?}", r.displays);
+    assert_eq!(png_size(item(&r, 0, "image/png")), (640, 480));
+    assert!(item(&r, 0, "text/plain")
+        .data
+        .starts_with("<Figure size 640x480"));
+    let r = k
+        .run("import matplotlib, os\nprint(plt.get_fignums(), matplotlib.get_backend().lower(), 'MPLBACKEND' in os.environ)")
+        .await;
+    assert_eq!(
+        r.stdout, "[] agg False\n",
+        "Agg, and the environment stays clean"
+    );
+    assert!(r.displays.is_empty());
+}
+
+#[tokio::test]
+async fn plt_show_captures_every_open_figure_in_order_then_closes_them() {
+    let k = venv_kernel().await;
+    let r = k
+        .run(
+            "import matplotlib.pyplot as plt\n\
+             display('before')\n\
+             plt.figure(figsize=(2, 1)); plt.plot([1, 2])\n\
+             plt.figure(figsize=(3, 2)); plt.bar([1, 2], [3, 4])\n\
+             plt.show()\n\
+             print(plt.get_fignums())\n\
+             display('after')",
+        )
+        .await;
+    ok(&r);
+    assert_eq!(r.stdout, "[]\n");
+    assert!(
+        r.stderr.is_empty(),
+        "no non-interactive warning: {}",
+        r.stderr
+    );
+    assert_eq!(count(&r), 4);
+    assert_eq!(item(&r, 0, "text/plain").data, "'before'");
+    assert_eq!(png_size(item(&r, 1, "image/png")), (200, 100));
+    assert_eq!(png_size(item(&r, 2, "image/png")), (300, 200));
+    assert_eq!(item(&r, 3, "text/plain").data, "'after'");
+}
+
+#[tokio::test]
+async fn savefig_still_writes_its_file() {
+    let k = venv_kernel().await;
+    let path = k.dir.path().join("out.png");
+    let r = k
+        .run(&format!(
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.savefig({:?})",
+            path.to_str().unwrap()
+        ))
+        .await;
+    ok(&r);
+    assert_eq!(&std::fs::read(&path).unwrap()[..4], b"\x89PNG");
+    assert_eq!(count(&r), 1, "the open figure is still shown");
+}
+
+#[tokio::test]
+async fn a_figure_as_the_last_value_is_shown_once() {
+    let k = venv_kernel().await;
+    let r = k
+        .run("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2])\nfig")
+        .await;
+    ok(&r);
+    assert!(r
+        .value
+        .as_deref()
+        .unwrap()
+        .starts_with("<Figure size 640x480"));
+    assert_eq!(count(&r), 1, "{:#?}", r.displays);
+    png_size(item(&r, 0, "image/png"));
+}
+
+#[tokio::test]
+async fn display_of_a_pil_image_is_a_png_of_its_size() {
+    let k = venv_kernel().await;
+    let r = k
+        .run("from PIL import Image\ndisplay(Image.new('RGB', (30, 20), 'red'))")
+        .await;
+    ok(&r);
+    assert_eq!(count(&r), 1);
+    assert_eq!(png_size(item(&r, 0, "image/png")), (30, 20));
+    assert!(item(&r, 0, "text/plain").data.contains("PIL.Image.Image"));
+    assert!(
+        !r.displays.iter().any(|d| d.mime == "image/jpeg"),
+        "one raster image per display"
+    );
+}
+
+#[tokio::test]
+async fn a_dataframe_is_an_html_table_with_a_text_fallback() {
+    let k = venv_kernel().await;
+    let r = k
+        .run("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})\ndisplay(df)\ndf")
+        .await;
+    ok(&r);
+    assert_eq!(count(&r), 2, "display(df) and the last value");
+    for n in 0..2 {
+        let html = &item(&r, n, "text/html").data;
+        assert!(
+            html.contains("<table") && html.contains("<td>x</td>"),
+            "{html}"
+        );
+        let text = &item(&r, n, "text/plain").data;
+        assert!(text.contains('a') && text.contains('y'), "{text}");
+    }
+    assert_eq!(
+        r.value.as_deref(),
+        Some(item(&r, 1, "text/plain").data.as_str())
+    );
+}
+
+#[tokio::test]
+async fn a_custom_repr_html_object_is_displayed_and_its_value_stays_text() {
+    let k = kernel().await;
+    let r = k
+        .run(
+            "class Card:\n    def _repr_html_(self): return '<b>card</b>'\n    def __repr__(self): return 'Card()'\n\
+             display(Card())\nCard()",
+        )
+        .await;
+    ok(&r);
+    assert_eq!(r.value.as_deref(), Some("Card()"));
+    assert_eq!(count(&r), 2);
+    for n in 0..2 {
+        let items: Vec<_> = display(&r, n)
+            .iter()
+            .map(|d| (d.mime.as_str(), d.data.as_str()))
+            .collect();
+        assert_eq!(
+            items,
+            [("text/html", "<b>card</b>"), ("text/plain", "Card()")]
+        );
+    }
+}
+
+#[tokio::test]
+async fn plain_values_make_no_display() {
+    let k = kernel().await;
+    let r = k.run("x = [1, 2]\nx").await;
+    assert_eq!(r.value.as_deref(), Some("[1, 2]"));
+    assert!(r.displays.is_empty());
+    let r = k.run("class P: pass\nP()").await;
+    assert!(r.displays.is_empty(), "no rich repr, no display");
+}
+
+#[tokio::test]
+async fn every_ipython_repr_and_raw_bundles_are_understood() {
+    let k = kernel().await;
+    let r = k
+        .run(
+            "class All:\n\
+             \x20   def _repr_svg_(self): return '<svg/>'\n\
+             \x20   def _repr_markdown_(self): return '**md**'\n\
+             \x20   def _repr_latex_(self): return '$x$'\n\
+             \x20   def _repr_json_(self): return {'k': [1]}\n\
+             \x20   def _repr_png_(self): return b'\\x89PNG fake'\n\
+             class Bundle:\n\
+             \x20   def _repr_mimebundle_(self, include=None, exclude=None):\n\
+             \x20       return {'text/html': '<i>b</i>', 'text/plain': 'B'}, {}\n\
+             display(All(), Bundle())\n\
+             display({'image/png': 'iVBORw0K', 'text/plain': 'raw'}, raw=True)",
+        )
+        .await;
+    ok(&r);
+    assert_eq!(count(&r), 3);
+    let mimes: Vec<_> = display(&r, 0).iter().map(|d| d.mime.as_str()).collect();
+    assert_eq!(
+        mimes,
+        [
+            "image/png",
+            "image/svg+xml",
+            "text/markdown",
+            "text/latex",
+            "application/json",
+            "text/plain"
+        ]
+    );
+    let fake = base64::engine::general_purpose::STANDARD.encode(b"\x89PNG fake");
+    assert_eq!(item(&r, 0, "image/png").data, fake);
+    assert_eq!(item(&r, 0, "application/json").data, r#"{"k": [1]}"#);
+    assert_eq!(item(&r, 1, "text/html").data, "<i>b</i>");
+    assert_eq!(item(&r, 1, "text/plain").data, "B");
+    // Base64 text from a raw bundle is decoded, then encoded again.
+    assert_eq!(item(&r, 2, "image/png").data, "iVBORw0K");
+}
+
+#[tokio::test]
+async fn a_failing_repr_is_reported_on_stderr_and_the_cell_succeeds() {
+    let k = kernel().await;
+    let r = k
+        .run("class Bad:\n    def _repr_html_(self): raise ValueError('nope')\ndisplay(Bad())")
+        .await;
+    ok(&r);
+    assert!(
+        r.stderr.contains("Bad._repr_html_ raised ValueError: nope"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(count(&r), 1);
+    assert_eq!(display(&r, 0)[0].mime, "text/plain");
+}
+
+#[tokio::test]
+async fn a_display_over_the_per_display_cap_is_dropped_with_a_note() {
+    let k = venv_kernel_with(DisplayLimits {
+        max_display_bytes: 20_000,
+        ..DisplayLimits::default()
+    })
+    .await;
+    let r = k
+        .run(
+            "import numpy as np, matplotlib.pyplot as plt\n\
+             plt.imshow(np.random.default_rng(0).random((400, 400)))\n\
+             display('small')",
+        )
+        .await;
+    ok(&r);
+    assert_eq!(count(&r), 1, "only the small display is kept");
+    assert_eq!(item(&r, 0, "text/plain").data, "'small'");
+    assert_eq!(r.truncated.displays_dropped, 1);
+    let note = r.truncated.displays_note.as_deref().unwrap();
+    assert!(
+        note.starts_with("1 display dropped: a display (image/png) of ")
+            && note.contains("over the per-display cap of 19.5 KiB"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
+async fn the_per_cell_caps_drop_what_comes_after_them() {
+    let k = kernel_limits(DisplayLimits {
+        max_display_bytes: 1000,
+        max_cell_bytes: 2500,
+        max_cell_displays: 1000,
+    })
+    .await;
+    let r = k.run("for i in range(5): display('x' * 998)").await;
+    ok(&r);
+    assert_eq!(count(&r), 2);
+    assert_eq!(r.truncated.displays_dropped, 3);
+    assert!(r
+        .truncated
+        .displays_note
+        .as_deref()
+        .unwrap()
+        .contains("per-cell cap of 2.4 KiB"));
+    // The next cell has its own budget.
+    let r = k.run("display(1)").await;
+    assert_eq!(count(&r), 1);
+    assert_eq!(r.truncated.displays_dropped, 0);
+
+    let k = kernel_limits(DisplayLimits {
+        max_cell_displays: 10,
+        ..DisplayLimits::default()
+    })
+    .await;
+    let r = k.run("for i in range(100_000): display(i)").await;
+    ok(&r);
+    assert_eq!(count(&r), 10);
+    assert_eq!(r.truncated.displays_dropped, 99_990);
+    assert!(r
+        .truncated
+        .displays_note
+        .as_deref()
+        .unwrap()
+        .contains("cap of 10 displays"));
+}
+
+/// A cell that writes display frames itself, past the runner's checks:
+/// the host enforces the caps too, without buffering the big frame.
+#[tokio::test]
+async fn the_host_drops_oversized_display_frames_the_runner_did_not_stop() {
+    let k = kernel_limits(DisplayLimits {
+        max_display_bytes: 1 << 20,
+        ..DisplayLimits::default()
+    })
+    .await;
+    let code = "import os\n\
+        def frame(data):\n\
+        \x20   body = b'op 7\\ndisplaym0 9\\nimage/pngd0 %d\\n' % len(data) + data\n\
+        \x20   return len(body).to_bytes(4, 'little') + body\n\
+        def send(b):\n\
+        \x20   while b: b = b[os.write(4, b):]\n\
+        send(frame(b'\\x89PNG' * (4 << 20)))\n\
+        send(frame(b'\\x89PNG' * 100))\n\
+        print('sent')";
+    let before = common::self_rss();
+    let r = k.run(code).await;
+    ok(&r);
+    assert_eq!(r.stdout, "sent\n");
+    assert_eq!(count(&r), 1, "the small frame is kept");
+    assert_eq!(r.truncated.displays_dropped, 1);
+    assert!(r
+        .truncated
+        .displays_note
+        .as_deref()
+        .unwrap()
+        .contains("per-display cap of 1.0 MiB"));
+    let grown = common::self_rss().saturating_sub(before);
+    assert!(
+        grown < 12 << 20,
+        "host grew by {grown} bytes for a 16 MiB frame"
+    );
+    assert_eq!(k.run("1 + 1").await.value.as_deref(), Some("2"));
+}
+
+#[tokio::test]
+async fn a_cell_that_creates_a_hundred_figures_shows_them_all() {
+    let k = venv_kernel().await;
+    let r = k
+        .run(
+            "import matplotlib.pyplot as plt\n\
+             for i in range(100):\n\
+             \x20   plt.figure(figsize=(1, 1), dpi=50); plt.plot([0, i])\n\
+             len(plt.get_fignums())",
+        )
+        .await;
+    ok(&r);
+    assert_eq!(r.value.as_deref(), Some("100"));
+    assert_eq!(count(&r), 100);
+    for n in 0..100 {
+        assert_eq!(png_size(item(&r, n, "image/png")), (50, 50));
+    }
+    let r = k.run("len(plt.get_fignums())").await;
+    assert_eq!(r.value.as_deref(), Some("0"));
+}
+
+#[tokio::test]
+async fn a_display_from_a_thread_of_the_cell_is_delivered() {
+    let k = kernel().await;
+    let r = k
+        .run(
+            "import threading\n\
+             ts = [threading.Thread(target=display, args=('t%d' % i,)) for i in range(8)]\n\
+             for t in ts: t.start()\n\
+             for t in ts: t.join()",
+        )
+        .await;
+    ok(&r);
+    assert_eq!(count(&r), 8);
+    let mut got: Vec<_> = r.displays.iter().map(|d| d.data.clone()).collect();
+    got.sort();
+    assert_eq!(got, (0..8).map(|i| format!("'t{i}'")).collect::<Vec<_>>());
+}
+
+#[tokio::test]
+async fn a_display_after_its_cell_settled_goes_to_the_next_cell() {
+    let k = kernel().await;
+    let r = k
+        .run(
+            "import threading, time\n\
+             threading.Thread(target=lambda: (time.sleep(0.3), display('late' * 10000))).start()\n\
+             display('now')",
+        )
+        .await;
+    ok(&r);
+    assert_eq!(count(&r), 1);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let r = k.run("1 + 1").await;
+    assert_eq!(r.value.as_deref(), Some("2"), "the protocol is intact");
+    assert_eq!(count(&r), 1);
+    assert!(r.displays[0].data.starts_with("'latelate"));
+    let r = k.run("2 + 2").await;
+    assert!(r.displays.is_empty());
+}
+
+#[tokio::test]
+async fn displays_stream_to_the_event_sink_while_the_cell_runs() {
+    let k = kernel().await;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let cell =
+        Cell::new("import time\ndisplay('first')\ntime.sleep(1)\ndisplay('second')").events(tx);
+    let kernel = k.kernel.clone();
+    let running = tokio::spawn(async move { kernel.execute(cell).await.unwrap() });
+    let first = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("an event before the cell ends")
+        .unwrap();
+    assert!(k.kernel.is_busy(), "the event came while the cell ran");
+    let CellEvent::Display(items) = first else {
+        panic!("{first:?}")
+    };
+    assert_eq!((items[0].data.as_str(), items[0].display), ("'first'", 0));
+    let r = running.await.unwrap();
+    let Some(CellEvent::Display(items)) = rx.recv().await else {
+        panic!("second display")
+    };
+    assert_eq!((items[0].data.as_str(), items[0].display), ("'second'", 1));
+    assert_eq!(count(&r), 2);
+    assert!(
+        rx.recv().await.is_none(),
+        "the sink is dropped when the cell ends"
+    );
+}
+
+#[tokio::test]
+async fn interrupting_a_cell_that_floods_displays_keeps_the_protocol_intact() {
+    let k = kernel_limits(DisplayLimits {
+        max_cell_bytes: 1 << 20,
+        ..DisplayLimits::default()
+    })
+    .await;
+    let r = k
+        .run_cell(
+            Cell::new("while True: display('y' * 200_000)").timeout(Duration::from_millis(500)),
+        )
+        .await;
+    assert_eq!(r.status, Status::Timeout, "{:?}", r.error);
+    assert!(!r.kernel.state_lost);
+    assert!(count(&r) > 0);
+    assert!(r.truncated.displays_dropped > 0, "the cell cap held");
+    let r = k.run("display('ok')\n3").await;
+    assert_eq!(r.value.as_deref(), Some("3"));
+    assert_eq!(count(&r), 1);
+}
+
+#[tokio::test]
+async fn a_forked_child_cannot_write_displays_into_the_parent_pipe() {
+    let k = kernel().await;
+    let r = k
+        .run("import os\npid = os.fork()\nif pid == 0:\n    display('child')\n    os._exit(0)\nos.waitpid(pid, 0)\ndisplay('parent')")
+        .await;
+    ok(&r);
+    assert_eq!(count(&r), 1);
+    assert_eq!(r.displays[0].data, "'parent'");
+}
+
+#[tokio::test]
+async fn display_is_a_builtin_and_text_items_are_redacted() {
+    let k = kernel().await;
+    let r = k
+        .run("import builtins\nprint(builtins.display is display)\ndisplay('key ghp_' + 'a' * 36)")
+        .await;
+    ok(&r);
+    assert_eq!(r.stdout, "True\n");
+    assert!(!r.displays[0].data.contains("aaaaaaaa"), "{:?}", r.displays);
+}
