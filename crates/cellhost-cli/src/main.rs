@@ -4,6 +4,7 @@
 //! kernel could not start), 2 for usage errors (bad flags, unreadable
 //! scripts, a missing interpreter), 130 after a second Ctrl-C.
 
+mod displays;
 mod render;
 mod run;
 
@@ -45,6 +46,10 @@ pub(crate) struct RunArgs {
     /// Python interpreter (default: $CELLHOST_PYTHON, else python3 on PATH).
     #[arg(long, value_name = "PATH")]
     pub python: Option<PathBuf>,
+    /// Folder for images the cells display, as cell<N>-<M>.png (default:
+    /// <script>_displays next to the script; with --json, only when given).
+    #[arg(long, value_name = "DIR")]
+    pub display_dir: Option<PathBuf>,
 }
 
 fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
