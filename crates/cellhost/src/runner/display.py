@@ -1,8 +1,8 @@
 # cellhost rich outputs: display(), rich last values and matplotlib figures.
 #
-# Loaded by runner.py (exec'd from the kernel's staging dir) on first use:
+# Read by runner.py from the kernel's staging dir at start, compiled on first use:
 # the first display() call, the first last-expression value with a rich
-# repr, or the first `import matplotlib.pyplot`. A kernel that never shows
+# repr, or the first `import matplotlib`. A kernel that never shows
 # anything never pays for this file. Stdlib only.
 #
 # A display is a bundle of (mime, data) items. Text mimes travel as UTF-8,
@@ -10,6 +10,7 @@
 # sent at once, as its own frame on the reply pipe (see runner.py `_send`),
 # so displays from threads and long cells arrive while the cell runs.
 
+import os
 import sys
 
 rt = None  # the runner module's hooks, set by init()
@@ -293,3 +294,50 @@ def patch_pyplot(plt):
     show._cellhost = True
     show.__wrapped__ = plt.show
     plt.show = show
+
+
+def find_spec(name, path, target, hook):
+    """The spec of `matplotlib` or `matplotlib.pyplot`, found by the other
+    finders, with a loader that prepares the module (runner.py's hook).
+
+    `matplotlib` is executed with MPLBACKEND=Agg unless the environment
+    sets a backend, so no window ever opens; the variable is removed again,
+    so the kernel's environment stays the allow-listed one. In
+    `matplotlib.pyplot`, show() is patched to capture figures.
+    """
+    for finder in sys.meta_path:
+        if finder is hook or not hasattr(finder, "find_spec"):
+            continue
+        spec = finder.find_spec(name, path, target)
+        if spec is not None:
+            break
+    else:
+        return None
+    exec_module = getattr(spec.loader, "exec_module", None)
+    if exec_module is None:
+        return spec
+
+    if name == "matplotlib":
+
+        def patched(module):
+            environ = os.environ
+            own = "MPLBACKEND" not in environ
+            if own:
+                environ["MPLBACKEND"] = "Agg"
+            try:
+                exec_module(module)
+            finally:
+                if own:
+                    environ.pop("MPLBACKEND", None)
+
+    else:
+
+        def patched(module):
+            exec_module(module)
+            try:
+                patch_pyplot(module)
+            except Exception as e:
+                _warn("patching plt.show", e)
+
+    spec.loader.exec_module = patched
+    return spec

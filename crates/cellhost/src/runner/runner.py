@@ -212,15 +212,9 @@ def display(*objs, **kwargs):
 _PLAIN_TYPES = frozenset(
     (int, float, complex, bool, str, bytes, list, tuple, dict, set, frozenset, range, type)
 )
-_RICH_METHODS = (
-    "_repr_mimebundle_",
-    "_repr_png_",
-    "_repr_jpeg_",
-    "_repr_svg_",
-    "_repr_html_",
-    "_repr_markdown_",
-    "_repr_json_",
-    "_repr_latex_",
+_RICH_METHODS = tuple(
+    "_repr_mimebundle_ _repr_png_ _repr_jpeg_ _repr_svg_ _repr_html_ "
+    "_repr_markdown_ _repr_json_ _repr_latex_".split()
 )
 
 
@@ -237,56 +231,15 @@ def _maybe_rich(value):
 
 
 class _MatplotlibHook:
-    """A meta-path finder that prepares matplotlib as it is imported.
-
-    `matplotlib`: imported with MPLBACKEND=Agg unless the environment says
-    otherwise, so no window ever opens (the variable is removed again: the
-    kernel's environment stays the allow-listed one). `matplotlib.pyplot`:
-    `plt.show()` is patched to capture figures. It answers only for these
-    two names; any other import costs two string compares.
-    """
+    """A meta-path finder that prepares matplotlib as it is imported (no
+    window, plt.show() captures figures; see display.py `find_spec`). It
+    answers only for two names; any other import costs two compares."""
 
     @staticmethod
     def find_spec(name, path=None, target=None):
         if name != "matplotlib.pyplot" and name != "matplotlib":
             return None
-        for finder in sys.meta_path:
-            if finder is _MatplotlibHook or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(name, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        loader = spec.loader
-        exec_module = getattr(loader, "exec_module", None)
-        if exec_module is None:
-            return spec
-
-        if name == "matplotlib":
-
-            def patched(module):
-                environ = os.environ
-                own = "MPLBACKEND" not in environ
-                if own:
-                    environ["MPLBACKEND"] = "Agg"
-                try:
-                    exec_module(module)
-                finally:
-                    if own:
-                        environ.pop("MPLBACKEND", None)
-
-        else:
-
-            def patched(module):
-                exec_module(module)
-                try:
-                    _display_module().patch_pyplot(module)
-                except Exception:
-                    pass
-
-        loader.exec_module = patched
-        return spec
+        return _display_module().find_spec(name, path, target, _MatplotlibHook)
 
 
 def _flush_figures():
