@@ -434,6 +434,28 @@ async fn a_display_after_its_cell_settled_goes_to_the_next_cell() {
 }
 
 #[tokio::test]
+async fn garbage_on_the_reply_pipe_between_cells_costs_the_kernel_not_the_next_reply() {
+    let k = kernel().await;
+    let r = k
+        .run(
+            "import os, threading, time\nstate = 1\n\
+             threading.Thread(target=lambda: (time.sleep(0.2), os.write(4, b'\\x05\\x00\\x00\\x00hello'))).start()",
+        )
+        .await;
+    ok(&r);
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let r = k.run("'state' in globals()").await;
+    ok(&r);
+    assert_eq!(r.value.as_deref(), Some("False"));
+    assert!(r.kernel.state_lost && !r.kernel.reused);
+    let note = r.kernel.note.unwrap();
+    assert!(
+        note.contains("broke its control channel while idle"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
 async fn displays_stream_to_the_event_sink_while_the_cell_runs() {
     let k = kernel().await;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();

@@ -159,27 +159,34 @@ impl Actor {
             }
             r = proc.ctrl_rx.readable(), if !s.ctrl_eof => {
                 // Between cells the runner sends only displays (from
-                // threads; they go to the next cell); anything else is
-                // dropped. EOF means it is going away.
+                // threads; they go to the next cell). Anything else means
+                // the channel can no longer be trusted to find the next
+                // reply: the kernel is killed, and the next cell says so.
+                // EOF means it is going away.
                 if r.is_err() {
                     s.ctrl_eof = true;
                     return;
                 }
+                let mut broken = None;
                 for _ in 0..16 {
                     match proc.ctrl_rx.try_read(&mut self.buf) {
                         Ok(0) => s.ctrl_eof = true,
                         Ok(n) => {
                             proc.frames.extend(&self.buf[..n]);
-                            if !matches!(take_frames(proc, &mut s.displays), Frames::Pending) {
-                                proc.frames.clear();
+                            match take_frames(proc, &mut s.displays) {
+                                Frames::Pending => continue,
+                                Frames::Done(_) => broken = Some("a reply nobody asked for".to_owned()),
+                                Frames::Broken(detail) => broken = Some(detail),
                             }
-                            continue;
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(_) => s.ctrl_eof = true,
                     }
                     break;
+                }
+                if let Some(detail) = broken {
+                    self.vacate(Vacancy::BrokeIdle(detail)).await;
                 }
             }
             status = proc.child.wait() => {

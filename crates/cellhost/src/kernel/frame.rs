@@ -158,11 +158,6 @@ impl FrameReader {
         }
     }
 
-    /// Forget buffered bytes (garbage between cells).
-    pub fn clear(&mut self) {
-        self.buf.clear();
-    }
-
     pub fn extend(&mut self, bytes: &[u8]) {
         let skip = self.skipping.min(bytes.len());
         self.skipping -= skip;
