@@ -46,6 +46,16 @@ fn item<'a>(r: &'a CellResult, n: u32, mime: &str) -> &'a DisplayItem {
         .unwrap_or_else(|| panic!("display {n} has no {mime}: {:#?}", r.displays))
 }
 
+async fn wait_for_file(path: &std::path::Path) {
+    for _ in 0..500 {
+        if path.exists() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{} never appeared", path.display());
+}
+
 /// Decode a base64 PNG, check its signature, return (width, height).
 fn png_size(item: &DisplayItem) -> (u32, u32) {
     assert_eq!(item.mime, "image/png");
@@ -415,16 +425,24 @@ async fn a_display_from_a_thread_of_the_cell_is_delivered() {
 #[tokio::test]
 async fn a_display_after_its_cell_settled_goes_to_the_next_cell() {
     let k = kernel().await;
+    let marker = k.dir.path().join("displayed");
     let r = k
-        .run(
+        .run(&format!(
             "import threading, time\n\
-             threading.Thread(target=lambda: (time.sleep(0.3), display('late' * 10000))).start()\n\
+             def late():\n\
+             \x20   time.sleep(0.3)\n\
+             \x20   display('late' * 10000)\n\
+             \x20   open({:?}, 'w').close()\n\
+             threading.Thread(target=late).start()\n\
              display('now')",
-        )
+            marker.to_str().unwrap()
+        ))
         .await;
     ok(&r);
     assert_eq!(count(&r), 1);
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Once display() returned, its frame is in the pipe, ahead of the next
+    // cell's reply.
+    wait_for_file(&marker).await;
     let r = k.run("1 + 1").await;
     assert_eq!(r.value.as_deref(), Some("2"), "the protocol is intact");
     assert_eq!(count(&r), 1);
@@ -436,14 +454,22 @@ async fn a_display_after_its_cell_settled_goes_to_the_next_cell() {
 #[tokio::test]
 async fn garbage_on_the_reply_pipe_between_cells_costs_the_kernel_not_the_next_reply() {
     let k = kernel().await;
+    let marker = k.dir.path().join("written");
     let r = k
-        .run(
+        .run(&format!(
             "import os, threading, time\nstate = 1\n\
-             threading.Thread(target=lambda: (time.sleep(0.2), os.write(4, b'\\x05\\x00\\x00\\x00hello'))).start()",
-        )
+             def garbage():\n\
+             \x20   time.sleep(0.2)\n\
+             \x20   os.write(4, b'\\x05\\x00\\x00\\x00hello')\n\
+             \x20   open({:?}, 'w').close()\n\
+             threading.Thread(target=garbage).start()",
+            marker.to_str().unwrap()
+        ))
         .await;
     ok(&r);
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    wait_for_file(&marker).await;
+    // Let the idle actor see it before the next cell is sent.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let r = k.run("'state' in globals()").await;
     ok(&r);
     assert_eq!(r.value.as_deref(), Some("False"));
