@@ -383,6 +383,38 @@ async fn the_host_drops_oversized_display_frames_the_runner_did_not_stop() {
     assert_eq!(k.run("1 + 1").await.value.as_deref(), Some("2"));
 }
 
+/// A thread that writes display frames without end (past the runner's
+/// caps) cannot starve the timeout: the cell still ends on time.
+#[tokio::test]
+async fn a_flood_of_display_frames_does_not_starve_the_timeout() {
+    let k = kernel().await;
+    let code = "import os, threading, time\n\
+        body = b'op 7\\ndisplaym0 10\\ntext/plaind0 65536\\n' + b'z' * 65536\n\
+        frame = len(body).to_bytes(4, 'little') + body\n\
+        def flood():\n\
+        \x20   while True:\n\
+        \x20       b = frame * 16\n\
+        \x20       while b: b = b[os.write(4, b):]\n\
+        threading.Thread(target=flood, daemon=True).start()\n\
+        time.sleep(60)";
+    let started = std::time::Instant::now();
+    let r = k
+        .run_cell(Cell::new(code).timeout(Duration::from_millis(500)))
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    // The interrupt fired; the raw writer may then garble the reply (it
+    // holds no lock), so the cell ends as a timeout or a broken channel.
+    let error = r.error.as_deref().unwrap_or_default();
+    assert!(
+        r.status == Status::Timeout || error.starts_with("KernelProtocolError"),
+        "{r:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_cell_that_creates_a_hundred_figures_shows_them_all() {
     let k = venv_kernel().await;

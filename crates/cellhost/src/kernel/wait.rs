@@ -27,6 +27,11 @@ use crate::output::Capture;
 /// Reads per readiness event, so a flooding cell cannot starve the rest.
 const READS_PER_WAKE: usize = 16;
 
+/// Reply-pipe wakes in a row that brought only displays, after which the
+/// timer, interrupts and output get one turn even though the reply pipe
+/// is ready again: a flood of display frames must not starve them.
+const DISPLAY_WAKES_IN_A_ROW: u32 = 16;
+
 /// Why the runner is being asked to stop the cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stop {
@@ -108,6 +113,7 @@ pub(super) async fn wait_for_cell(
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let mut stop: Option<Stop> = None;
     let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut display_wakes = 0u32;
 
     // Send the cell. write_all is not cancel safe, but if it is cancelled
     // the kernel is killed anyway.
@@ -144,7 +150,7 @@ pub(super) async fn wait_for_cell(
             // In this order: the reply first (when it and the runner's exit
             // are both ready, the reply tells more), output last.
             biased;
-            r = proc.ctrl_rx.readable(), if !s.ctrl_eof => {
+            r = proc.ctrl_rx.readable(), if !s.ctrl_eof && display_wakes < DISPLAY_WAKES_IN_A_ROW => {
                 if r.is_err() {
                     s.ctrl_eof = true;
                     continue;
@@ -170,6 +176,7 @@ pub(super) async fn wait_for_cell(
                     }
                     break;
                 }
+                display_wakes += 1;
             }
             status = proc.child.wait() => {
                 let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
@@ -221,6 +228,10 @@ pub(super) async fn wait_for_cell(
             }
             r = proc.stderr.readable(), if !s.err_eof => {
                 if r.is_err() || pump(&proc.stderr, buf, &mut s.err) { s.err_eof = true; }
+            }
+            // Ready on its second poll: the other arms had their turn.
+            () = tokio::task::yield_now(), if display_wakes >= DISPLAY_WAKES_IN_A_ROW => {
+                display_wakes = 0;
             }
         }
     }
