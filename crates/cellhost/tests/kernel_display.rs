@@ -584,3 +584,20 @@ async fn display_is_a_builtin_and_text_items_are_redacted() {
     assert_eq!(r.stdout, "True\n");
     assert!(!r.displays[0].data.contains("aaaaaaaa"), "{:?}", r.displays);
 }
+
+#[tokio::test]
+async fn a_backend_the_operator_passes_through_is_kept() {
+    use std::ffi::OsString;
+    let dir = tempfile::tempdir().unwrap();
+    let vars = vec![
+        (OsString::from("PATH"), std::env::var_os("PATH").unwrap()),
+        (OsString::from("MPLBACKEND"), OsString::from("svg")),
+    ];
+    let env = cellhost::env::ChildEnv::from_vars(vars, &["MPLBACKEND".into()]);
+    let k = kernel_with(options(&dir).python(venv_python()).env(env), dir).await;
+    let r = k
+        .run("import os, matplotlib\nprint(matplotlib.get_backend(), os.environ['MPLBACKEND'])")
+        .await;
+    ok(&r);
+    assert_eq!(r.stdout, "svg svg\n");
+}
