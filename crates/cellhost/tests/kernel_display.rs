@@ -1,192 +1,15 @@
-//! Rich outputs: display(), matplotlib figures, rich last values, caps,
-//! threads and the event sink, with real matplotlib, pillow and pandas
-//! (the test venv).
+//! Rich outputs: display() and its bundles, rich last values, caps,
+//! threads, the event sink and the reply pipe's integrity. Objects from
+//! real libraries (matplotlib, pillow, pandas) are in kernel_display_libs.rs.
 
 mod common;
 
 use std::time::Duration;
 
 use base64::Engine;
-use cellhost::{Cell, CellEvent, CellResult, DisplayItem, DisplayLimits, Status};
-use common::{kernel, kernel_with, options, venv_python, TestKernel};
-
-async fn venv_kernel() -> TestKernel {
-    venv_kernel_with(DisplayLimits::default()).await
-}
-
-async fn venv_kernel_with(limits: DisplayLimits) -> TestKernel {
-    let dir = tempfile::tempdir().unwrap();
-    let opts = options(&dir).python(venv_python()).display_limits(limits);
-    kernel_with(opts, dir).await
-}
-
-/// A kernel on the default python with these caps.
-async fn kernel_limits(limits: DisplayLimits) -> TestKernel {
-    let dir = tempfile::tempdir().unwrap();
-    kernel_with(options(&dir).display_limits(limits), dir).await
-}
-
-fn ok(r: &CellResult) {
-    assert_eq!(r.status, Status::Success, "{r:#?}");
-}
-
-/// The items of display `n`.
-fn display(r: &CellResult, n: u32) -> Vec<&DisplayItem> {
-    r.displays.iter().filter(|d| d.display == n).collect()
-}
-
-fn count(r: &CellResult) -> usize {
-    r.displays.last().map_or(0, |d| d.display as usize + 1)
-}
-
-fn item<'a>(r: &'a CellResult, n: u32, mime: &str) -> &'a DisplayItem {
-    r.displays
-        .iter()
-        .find(|d| d.display == n && d.mime == mime)
-        .unwrap_or_else(|| panic!("display {n} has no {mime}: {:#?}", r.displays))
-}
-
-async fn wait_for_file(path: &std::path::Path) {
-    for _ in 0..500 {
-        if path.exists() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{} never appeared", path.display());
-}
-
-/// Decode a base64 PNG, check its signature, return (width, height).
-fn png_size(item: &DisplayItem) -> (u32, u32) {
-    assert_eq!(item.mime, "image/png");
-    let png = base64::engine::general_purpose::STANDARD
-        .decode(&item.data)
-        .expect("valid base64");
-    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
-    assert_eq!(&png[12..16], b"IHDR");
-    let be = |i: usize| u32::from_be_bytes(png[i..i + 4].try_into().unwrap());
-    (be(16), be(20))
-}
-
-#[tokio::test]
-async fn a_line_plot_left_open_arrives_as_a_png_and_is_closed() {
-    let k = venv_kernel().await;
-    let r = k
-        .run("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('line')\nx = 1")
-        .await;
-    ok(&r);
-    assert_eq!(count(&r), 1, "{:#?}", r.displays);
-    assert_eq!(png_size(item(&r, 0, "image/png")), (640, 480));
-    assert!(item(&r, 0, "text/plain")
-        .data
-        .starts_with("<Figure size 640x480"));
-    let r = k
-        .run("import matplotlib, os\nprint(plt.get_fignums(), matplotlib.get_backend().lower(), 'MPLBACKEND' in os.environ)")
-        .await;
-    assert_eq!(
-        r.stdout, "[] agg False\n",
-        "Agg, and the environment stays clean"
-    );
-    assert!(r.displays.is_empty());
-}
-
-#[tokio::test]
-async fn plt_show_captures_every_open_figure_in_order_then_closes_them() {
-    let k = venv_kernel().await;
-    let r = k
-        .run(
-            "import matplotlib.pyplot as plt\n\
-             display('before')\n\
-             plt.figure(figsize=(2, 1)); plt.plot([1, 2])\n\
-             plt.figure(figsize=(3, 2)); plt.bar([1, 2], [3, 4])\n\
-             plt.show()\n\
-             print(plt.get_fignums())\n\
-             display('after')",
-        )
-        .await;
-    ok(&r);
-    assert_eq!(r.stdout, "[]\n");
-    assert!(
-        r.stderr.is_empty(),
-        "no non-interactive warning: {}",
-        r.stderr
-    );
-    assert_eq!(count(&r), 4);
-    assert_eq!(item(&r, 0, "text/plain").data, "'before'");
-    assert_eq!(png_size(item(&r, 1, "image/png")), (200, 100));
-    assert_eq!(png_size(item(&r, 2, "image/png")), (300, 200));
-    assert_eq!(item(&r, 3, "text/plain").data, "'after'");
-}
-
-#[tokio::test]
-async fn savefig_still_writes_its_file() {
-    let k = venv_kernel().await;
-    let path = k.dir.path().join("out.png");
-    let r = k
-        .run(&format!(
-            "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.savefig({:?})",
-            path.to_str().unwrap()
-        ))
-        .await;
-    ok(&r);
-    assert_eq!(&std::fs::read(&path).unwrap()[..4], b"\x89PNG");
-    assert_eq!(count(&r), 1, "the open figure is still shown");
-}
-
-#[tokio::test]
-async fn a_figure_as_the_last_value_is_shown_once() {
-    let k = venv_kernel().await;
-    let r = k
-        .run("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\nax.plot([1, 2])\nfig")
-        .await;
-    ok(&r);
-    assert!(r
-        .value
-        .as_deref()
-        .unwrap()
-        .starts_with("<Figure size 640x480"));
-    assert_eq!(count(&r), 1, "{:#?}", r.displays);
-    png_size(item(&r, 0, "image/png"));
-}
-
-#[tokio::test]
-async fn display_of_a_pil_image_is_a_png_of_its_size() {
-    let k = venv_kernel().await;
-    let r = k
-        .run("from PIL import Image\ndisplay(Image.new('RGB', (30, 20), 'red'))")
-        .await;
-    ok(&r);
-    assert_eq!(count(&r), 1);
-    assert_eq!(png_size(item(&r, 0, "image/png")), (30, 20));
-    assert!(item(&r, 0, "text/plain").data.contains("PIL.Image.Image"));
-    assert!(
-        !r.displays.iter().any(|d| d.mime == "image/jpeg"),
-        "one raster image per display"
-    );
-}
-
-#[tokio::test]
-async fn a_dataframe_is_an_html_table_with_a_text_fallback() {
-    let k = venv_kernel().await;
-    let r = k
-        .run("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})\ndisplay(df)\ndf")
-        .await;
-    ok(&r);
-    assert_eq!(count(&r), 2, "display(df) and the last value");
-    for n in 0..2 {
-        let html = &item(&r, n, "text/html").data;
-        assert!(
-            html.contains("<table") && html.contains("<td>x</td>"),
-            "{html}"
-        );
-        let text = &item(&r, n, "text/plain").data;
-        assert!(text.contains('a') && text.contains('y'), "{text}");
-    }
-    assert_eq!(
-        r.value.as_deref(),
-        Some(item(&r, 1, "text/plain").data.as_str())
-    );
-}
+use cellhost::{Cell, CellEvent, DisplayLimits, Status};
+use common::display::{count, display, item, kernel_limits, ok, wait_for_file};
+use common::kernel;
 
 #[tokio::test]
 async fn a_custom_repr_html_object_is_displayed_and_its_value_stays_text() {
@@ -277,32 +100,6 @@ async fn a_failing_repr_is_reported_on_stderr_and_the_cell_succeeds() {
     );
     assert_eq!(count(&r), 1);
     assert_eq!(display(&r, 0)[0].mime, "text/plain");
-}
-
-#[tokio::test]
-async fn a_display_over_the_per_display_cap_is_dropped_with_a_note() {
-    let k = venv_kernel_with(DisplayLimits {
-        max_display_bytes: 20_000,
-        ..DisplayLimits::default()
-    })
-    .await;
-    let r = k
-        .run(
-            "import numpy as np, matplotlib.pyplot as plt\n\
-             plt.imshow(np.random.default_rng(0).random((400, 400)))\n\
-             display('small')",
-        )
-        .await;
-    ok(&r);
-    assert_eq!(count(&r), 1, "only the small display is kept");
-    assert_eq!(item(&r, 0, "text/plain").data, "'small'");
-    assert_eq!(r.truncated.displays_dropped, 1);
-    let note = r.truncated.displays_note.as_deref().unwrap();
-    assert!(
-        note.starts_with("1 display dropped: a display (image/png) of ")
-            && note.contains("over the per-display cap of 19.5 KiB"),
-        "{note}"
-    );
 }
 
 #[tokio::test]
@@ -413,27 +210,6 @@ async fn a_flood_of_display_frames_does_not_starve_the_timeout() {
         r.status == Status::Timeout || error.starts_with("KernelProtocolError"),
         "{r:?}"
     );
-}
-
-#[tokio::test]
-async fn a_cell_that_creates_a_hundred_figures_shows_them_all() {
-    let k = venv_kernel().await;
-    let r = k
-        .run(
-            "import matplotlib.pyplot as plt\n\
-             for i in range(100):\n\
-             \x20   plt.figure(figsize=(1, 1), dpi=50); plt.plot([0, i])\n\
-             len(plt.get_fignums())",
-        )
-        .await;
-    ok(&r);
-    assert_eq!(r.value.as_deref(), Some("100"));
-    assert_eq!(count(&r), 100);
-    for n in 0..100 {
-        assert_eq!(png_size(item(&r, n, "image/png")), (50, 50));
-    }
-    let r = k.run("len(plt.get_fignums())").await;
-    assert_eq!(r.value.as_deref(), Some("0"));
 }
 
 #[tokio::test]
@@ -586,21 +362,4 @@ async fn display_is_a_builtin_and_text_items_are_redacted() {
     ok(&r);
     assert_eq!(r.stdout, "True\n");
     assert!(!r.displays[0].data.contains("aaaaaaaa"), "{:?}", r.displays);
-}
-
-#[tokio::test]
-async fn a_backend_the_operator_passes_through_is_kept() {
-    use std::ffi::OsString;
-    let dir = tempfile::tempdir().unwrap();
-    let vars = vec![
-        (OsString::from("PATH"), std::env::var_os("PATH").unwrap()),
-        (OsString::from("MPLBACKEND"), OsString::from("svg")),
-    ];
-    let env = cellhost::env::ChildEnv::from_vars(vars, &["MPLBACKEND".into()]);
-    let k = kernel_with(options(&dir).python(venv_python()).env(env), dir).await;
-    let r = k
-        .run("import os, matplotlib\nprint(matplotlib.get_backend(), os.environ['MPLBACKEND'])")
-        .await;
-    ok(&r);
-    assert_eq!(r.stdout, "svg svg\n");
 }

@@ -1,6 +1,8 @@
 //! Helpers shared by the kernel integration tests: real processes only.
 #![allow(dead_code)]
 
+pub mod display;
+
 use std::time::{Duration, Instant};
 
 use cellhost::{Cell, CellResult, Kernel, KernelOptions};
