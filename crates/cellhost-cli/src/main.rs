@@ -4,6 +4,7 @@
 //! kernel could not start), 2 for usage errors (bad flags, unreadable
 //! scripts, a missing interpreter), 130 after a second Ctrl-C.
 
+mod displays;
 mod render;
 mod run;
 
@@ -49,6 +50,10 @@ pub(crate) struct RunArgs {
     /// $XDG_DATA_HOME/cellhost, else ~/.local/share/cellhost).
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Folder for images the cells display, as cell<N>-<M>.png (default:
+    /// <script>_displays next to the script; with --json, only when given).
+    #[arg(long, value_name = "DIR")]
+    pub display_dir: Option<PathBuf>,
 }
 
 fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {

@@ -8,6 +8,7 @@ use cellhost::percent::{self, ScriptCell};
 use cellhost::registry::{KernelManager, ManagerError, ManagerOptions};
 use cellhost::{Cell, KernelError, KernelOptions, SpawnError};
 
+use crate::displays::{default_dir, DisplaySaver, Shown};
 use crate::RunArgs;
 
 /// Read the script as UTF-8 text, or say in one line why not.
@@ -116,6 +117,13 @@ async fn run_cells(
 ) -> u8 {
     let mut failed = false;
     let mut stdout = std::io::stdout().lock();
+    // Images go to files; with --json only when a folder was asked for
+    // (the JSON carries them anyway).
+    let mut saver = match (&args.display_dir, args.json) {
+        (Some(dir), _) => Some(DisplaySaver::new(dir.clone())),
+        (None, false) => Some(DisplaySaver::new(default_dir(&args.file))),
+        (None, true) => None,
+    };
     for cell in cells {
         if !args.json {
             let header = crate::render::cell_header(cell);
@@ -140,12 +148,28 @@ async fn run_cells(
                 return 1;
             }
         };
+        let shown = match saver.as_mut() {
+            Some(s) => s.save(cell.index, &result),
+            None => Vec::new(),
+        };
+        for failure in shown.iter().filter_map(|s| match s {
+            Shown::Failed(why) => Some(why),
+            _ => None,
+        }) {
+            failed = true;
+            if args.json {
+                eprintln!(
+                    "cellhost: cell {} (line {}): {failure}",
+                    cell.index, cell.line
+                );
+            }
+        }
         let text = if args.json {
             let mut line = serde_json::to_string(&result).expect("a cell result serializes");
             line.push('\n');
             line
         } else {
-            crate::render::cell_body(&result)
+            crate::render::cell_body(&result, &shown)
         };
         // A closed stdout (e.g. `| head`) ends the run quietly.
         if stdout

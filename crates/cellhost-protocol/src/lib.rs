@@ -36,11 +36,37 @@ impl Status {
     }
 }
 
-/// One rich output item (`display()`, plots). Binary data is base64.
+/// One rich output item (`display()`, plots).
+///
+/// A cell's `displays` is a flat list in arrival order; the items of one
+/// display (one `display(obj)` call, one figure: e.g. `image/png` plus its
+/// `text/plain` fallback) share the same `display` index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DisplayItem {
+    /// e.g. `image/png`, `text/html`, `text/plain`.
     pub mime: String,
+    /// Text mimes (`text/*`, `*+xml` like SVG, `*json`) as is; binary
+    /// data (PNG, JPEG...) in base64 (standard alphabet, padded).
     pub data: String,
+    /// 0-based index of the display within the cell this item belongs to.
+    #[serde(default)]
+    pub display: u32,
+}
+
+impl DisplayItem {
+    /// `true` when `data` is base64 of binary data rather than text.
+    pub fn is_base64(&self) -> bool {
+        !is_text_mime(&self.mime)
+    }
+}
+
+/// Whether a mime type travels as text (`text/*`, `*+xml`, `*json`,
+/// `application/javascript`); every other mime travels as base64.
+pub fn is_text_mime(mime: &str) -> bool {
+    mime.starts_with("text/")
+        || mime.ends_with("+xml")
+        || mime.ends_with("json")
+        || mime == "application/javascript"
 }
 
 /// Whether output was cut, and where the full text went.
@@ -51,6 +77,16 @@ pub struct Truncated {
     /// A file holding the cleaned full output (up to the spill cap) when
     /// stdout or stderr was cut.
     pub spill_path: Option<String>,
+    /// Displays dropped because they were over a size cap.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub displays_dropped: u32,
+    /// Why displays were dropped and what to do about it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub displays_note: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What a registered kernel is doing.
@@ -157,10 +193,18 @@ mod tests {
             value: None,
             error: Some("ZeroDivisionError: division by zero".into()),
             traceback: Some("Traceback ...".into()),
-            displays: vec![DisplayItem {
-                mime: "image/png".into(),
-                data: "iVBORw0KGgo=".into(),
-            }],
+            displays: vec![
+                DisplayItem {
+                    mime: "image/png".into(),
+                    data: "iVBORw0KGgo=".into(),
+                    display: 0,
+                },
+                DisplayItem {
+                    mime: "text/plain".into(),
+                    data: "<Figure>".into(),
+                    display: 0,
+                },
+            ],
             truncated: Truncated::default(),
             tool_calls_made: 0,
             duration_seconds: 0.004,
@@ -198,6 +242,36 @@ mod tests {
         assert!(k.get("note").is_none());
         assert_eq!(v["status"], "error");
         assert_eq!(v["truncated"]["spill_path"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn display_items_without_an_index_still_parse() {
+        // Results written before displays were grouped have no `display`.
+        let item: DisplayItem =
+            serde_json::from_str(r#"{"mime": "image/png", "data": "AA=="}"#).unwrap();
+        assert_eq!(item.display, 0);
+        assert!(item.is_base64());
+        let svg = DisplayItem {
+            mime: "image/svg+xml".into(),
+            data: "<svg/>".into(),
+            display: 1,
+        };
+        assert!(!svg.is_base64());
+        assert!(!is_text_mime("image/jpeg"));
+        assert!(is_text_mime("application/json") && is_text_mime("text/html"));
+    }
+
+    #[test]
+    fn drop_counts_appear_only_when_displays_were_dropped() {
+        let mut r = sample();
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v["truncated"].get("displays_dropped").is_none());
+        r.truncated.displays_dropped = 2;
+        r.truncated.displays_note = Some("over the cap".into());
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["truncated"]["displays_dropped"], 2);
+        let back: CellResult = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
     }
 
     #[test]

@@ -28,5 +28,5 @@ pub use cellhost_protocol::{
     CellResult, DisplayItem, KernelInfo, KernelState, KernelSummary, Status, Truncated,
 };
 pub use interpreter::{Interpreter, InterpreterError};
-pub use kernel::{Cell, Kernel, KernelError, KernelOptions, SpawnError};
+pub use kernel::{Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SpawnError};
 pub use output::OutputLimits;

@@ -1,8 +1,8 @@
 //! The kernel actor: the one task that owns a kernel process.
 //!
-//! It runs cells one at a time, keeps reading the process's stdout and
-//! stderr between cells (output printed by leftover threads goes to the
-//! next cell), enforces timeouts (SIGINT, grace, kill), notices a process
+//! It runs cells one at a time, keeps reading the process's stdout, stderr
+//! and display frames between cells (output and displays of leftover
+//! threads go to the next cell), enforces timeouts (SIGINT, grace, kill), notices a process
 //! that died while idle, and respawns lazily on the next cell, saying in
 //! the result why the state is gone.
 //!
@@ -18,11 +18,12 @@ use std::time::Instant;
 use cellhost_protocol::{CellResult, KernelInfo, Truncated};
 use tokio::sync::mpsc;
 
+use super::display::Displays;
 use super::frame::Frame;
 use super::process::{private_dir, Exit, Process};
 use super::record::KernelRecord;
 use super::report::{self, Report, Vacancy};
-use super::wait::{discard, drain, pump, wait_for_cell, Outcome, Streams};
+use super::wait::{drain, pump, take_frames, wait_for_cell, Frames, Outcome, Streams};
 use super::{Cell, Control, KernelError, KernelOptions, Observed, Request, SpawnError};
 use crate::interpreter::Interpreter;
 use crate::output::{Capture, Cleaner};
@@ -70,6 +71,7 @@ impl Actor {
                 out_eof: false,
                 err_eof: false,
                 ctrl_eof: false,
+                displays: Displays::new(opts.display.clone(), cleaner.clone()),
             },
             opts,
             python,
@@ -157,8 +159,36 @@ impl Actor {
                 if r.is_err() || pump(&proc.stderr, &mut self.buf, &mut s.err) { s.err_eof = true; }
             }
             r = proc.ctrl_rx.readable(), if !s.ctrl_eof => {
-                // The runner never speaks unasked; EOF means it is going away.
-                if r.is_err() || discard(&proc.ctrl_rx, &mut self.buf) { s.ctrl_eof = true; }
+                // Between cells the runner sends only displays (from
+                // threads; they go to the next cell). Anything else means
+                // the channel can no longer be trusted to find the next
+                // reply: the kernel is killed, and the next cell says so.
+                // EOF means it is going away.
+                if r.is_err() {
+                    s.ctrl_eof = true;
+                    return;
+                }
+                let mut broken = None;
+                for _ in 0..16 {
+                    match proc.ctrl_rx.try_read(&mut self.buf) {
+                        Ok(0) => s.ctrl_eof = true,
+                        Ok(n) => {
+                            proc.frames.extend(&self.buf[..n]);
+                            match take_frames(proc, &mut s.displays) {
+                                Frames::Pending => continue,
+                                Frames::Done(_) => broken = Some("a reply nobody asked for".to_owned()),
+                                Frames::Broken(detail) => broken = Some(detail),
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(_) => s.ctrl_eof = true,
+                    }
+                    break;
+                }
+                if let Some(detail) = broken {
+                    self.vacate(Vacancy::BrokeIdle(detail)).await;
+                }
             }
             status = proc.child.wait() => {
                 let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
@@ -205,7 +235,7 @@ impl Actor {
 
     async fn execute(
         &mut self,
-        cell: Cell,
+        mut cell: Cell,
         control: &mut mpsc::UnboundedReceiver<Control>,
     ) -> (
         Result<CellResult, KernelError>,
@@ -224,6 +254,7 @@ impl Actor {
         // A process that died since idle I/O last looked is found when the
         // cell cannot be delivered (below), without a wait4() per cell.
         let timeout = cell.timeout.or(self.opts.default_timeout);
+        self.streams.displays.begin(cell.events.take());
         let request = Frame::new()
             .with("op", "exec")
             .with("code", cell.code.into_bytes())
@@ -280,6 +311,11 @@ impl Actor {
         // process finish exiting (atexit handlers) first.
         match &outcome {
             Outcome::Reply(frame) => {
+                let dropped = frame.int("displays_dropped").unwrap_or(0);
+                self.streams.displays.runner_dropped(
+                    u32::try_from(dropped).unwrap_or(u32::MAX),
+                    frame.text("displays_note"),
+                );
                 if frame.text("status").as_deref() == Some("exit") {
                     let _ = tokio::time::timeout(self.opts.teardown_grace, proc.child.wait()).await;
                 }
@@ -336,6 +372,7 @@ impl Actor {
         let out = out.finish(&self.cleaner);
         let err = err.finish(&self.cleaner);
         let spill_path = self.write_spill(&info, out.full.as_deref(), err.full.as_deref());
+        let (displays, displays_dropped, displays_note) = self.streams.displays.finish();
         CellResult {
             status: report.status,
             stdout: out.text,
@@ -343,11 +380,13 @@ impl Actor {
             value,
             error,
             traceback,
-            displays: Vec::new(),
+            displays,
             truncated: Truncated {
                 stdout: out.truncated,
                 stderr: err.truncated,
                 spill_path,
+                displays_dropped,
+                displays_note,
             },
             tool_calls_made: 0,
             duration_seconds: started.elapsed().as_secs_f64(),

@@ -14,6 +14,9 @@ use std::collections::BTreeMap;
 /// broken or hostile; the host kills it.
 pub(crate) const MAX_FRAME: usize = 256 << 20;
 
+/// How every display frame body starts: the runner writes `op` first.
+const DISPLAY_TAG: &[u8] = b"op 7\ndisplay";
+
 /// Why bytes on the control pipe are not a valid frame.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
@@ -53,6 +56,11 @@ impl Frame {
     pub fn text(&self, name: &str) -> Option<String> {
         self.bytes(name)
             .map(|b| String::from_utf8_lossy(b).into_owned())
+    }
+
+    /// Move a field out of the frame.
+    pub fn take(&mut self, name: &str) -> Option<Vec<u8>> {
+        self.fields.remove(name)
     }
 
     pub fn int(&self, name: &str) -> Option<i64> {
@@ -121,14 +129,39 @@ impl Frame {
 }
 
 /// Accumulates bytes from the reply pipe and yields whole frames.
-#[derive(Debug, Default)]
+///
+/// A display frame whose body is over `skip_displays_over` (and within
+/// [`MAX_FRAME`]) is never buffered: its bytes are discarded as they arrive and it is yielded at
+/// once as `op=display, skipped=<size>`, so a runner that ignores the
+/// display caps cannot make the host hold more than the cap.
+#[derive(Debug)]
 pub struct FrameReader {
     buf: Vec<u8>,
+    skip_displays_over: usize,
+    /// Bytes of a discarded display frame still to come.
+    skipping: usize,
+}
+
+impl Default for FrameReader {
+    fn default() -> Self {
+        FrameReader::with_display_limit(MAX_FRAME)
+    }
 }
 
 impl FrameReader {
+    /// A reader that discards display frames with a body over `limit`.
+    pub fn with_display_limit(limit: usize) -> Self {
+        FrameReader {
+            buf: Vec::new(),
+            skip_displays_over: limit.max(DISPLAY_TAG.len()),
+            skipping: 0,
+        }
+    }
+
     pub fn extend(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
+        let skip = self.skipping.min(bytes.len());
+        self.skipping -= skip;
+        self.buf.extend_from_slice(&bytes[skip..]);
     }
 
     /// The next complete frame, if one has arrived.
@@ -137,6 +170,25 @@ impl FrameReader {
             return Ok(None);
         }
         let size = u32::from_le_bytes(self.buf[..4].try_into().expect("4 bytes")) as usize;
+        if size > self.skip_displays_over && size <= MAX_FRAME {
+            let seen = self.buf.len() - 4;
+            if seen < DISPLAY_TAG.len() {
+                return Ok(None);
+            }
+            if self.buf[4..].starts_with(DISPLAY_TAG) {
+                if seen >= size {
+                    self.buf.drain(..4 + size);
+                } else {
+                    self.skipping = size - seen;
+                    self.buf.clear();
+                }
+                return Ok(Some(
+                    Frame::new()
+                        .with("op", "display")
+                        .with("skipped", size.to_string()),
+                ));
+            }
+        }
         if size > MAX_FRAME {
             return Err(FrameError::TooLarge { size });
         }
@@ -184,6 +236,40 @@ mod tests {
         let mut r = FrameReader::default();
         r.extend(&u32::MAX.to_le_bytes());
         assert!(matches!(r.next_frame(), Err(FrameError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn an_oversized_display_frame_is_discarded_as_it_arrives() {
+        // As the runner writes it: `op` first (Frame::encode sorts fields).
+        let mut body = b"op 7\ndisplaym0 9\nimage/pngd0 10000\n".to_vec();
+        body.extend([7u8; 10_000]);
+        let mut bytes = (body.len() as u32).to_le_bytes().to_vec();
+        bytes.extend(&body);
+        let next = Frame::new().with("op", "done").with("status", "ok");
+        bytes.extend(next.encode());
+        let mut r = FrameReader::with_display_limit(1000);
+        let mut got = Vec::new();
+        for chunk in bytes.chunks(333) {
+            r.extend(chunk);
+            assert!(r.buf.len() <= 1000, "buffered {} bytes", r.buf.len());
+            while let Some(f) = r.next_frame().unwrap() {
+                got.push(f);
+            }
+        }
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].text("op").as_deref(), Some("display"));
+        assert_eq!(got[0].int("skipped"), Some(body.len() as i64));
+        assert_eq!(got[1], next);
+    }
+
+    #[test]
+    fn a_large_reply_frame_is_not_skipped() {
+        let f = Frame::new()
+            .with("op", "done")
+            .with("value", vec![b'x'; 5000]);
+        let mut r = FrameReader::with_display_limit(1000);
+        r.extend(&f.encode());
+        assert_eq!(r.next_frame().unwrap(), Some(f));
     }
 
     #[test]

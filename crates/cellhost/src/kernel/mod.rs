@@ -5,11 +5,13 @@
 //! handles send it messages. Cells run one at a time in arrival order.
 //!
 //! The process side lives in `process.rs` (spawn, teardown), waiting for a
-//! cell in `wait.rs`, what results say about state in `report.rs`, the
-//! control frames in `frame.rs`, Unix plumbing in `unix.rs`, and the Python
-//! runner in `src/runner/runner.py`.
+//! cell in `wait.rs`, what results say about state in `report.rs`, rich
+//! outputs in `display.rs`, the control frames in `frame.rs`, Unix plumbing
+//! in `unix.rs`, and the Python runner in `src/runner/` (`runner.py`, and
+//! `display.py` for rich outputs).
 
 mod actor;
+mod display;
 pub(crate) mod frame;
 mod process;
 pub mod record;
@@ -29,6 +31,7 @@ use crate::env::ChildEnv;
 use crate::interpreter::{Interpreter, InterpreterError};
 use crate::output::OutputLimits;
 
+pub use display::{CellEvent, DisplayLimits};
 pub use frame::FrameError;
 pub use unix::{pid_alive, process_group, process_start_time, rss_bytes};
 
@@ -50,6 +53,8 @@ pub struct KernelOptions {
     /// files outlive the kernel; their owner removes them.
     pub spill_dir: PathBuf,
     pub output: OutputLimits,
+    /// Size caps of rich outputs (`display()`, figures).
+    pub display: DisplayLimits,
     /// Timeout of cells that do not set their own (`None`: no limit).
     pub default_timeout: Option<Duration>,
     /// How long an interrupted cell may take to settle before the kernel
@@ -82,6 +87,7 @@ impl Default for KernelOptions {
             staging_root: root.join("kernels"),
             spill_dir: root.join("spill"),
             output: OutputLimits::default(),
+            display: DisplayLimits::default(),
             default_timeout: None,
             interrupt_grace: Duration::from_secs(2),
             teardown_grace: Duration::from_secs(1),
@@ -112,6 +118,11 @@ impl KernelOptions {
         self
     }
 
+    pub fn display_limits(mut self, limits: DisplayLimits) -> Self {
+        self.display = limits;
+        self
+    }
+
     pub fn env(mut self, env: ChildEnv) -> Self {
         self.env = env;
         self
@@ -133,6 +144,9 @@ pub struct Cell {
     pub timeout: Option<Duration>,
     /// Discard the kernel's state (restart the process) before running.
     pub reset: bool,
+    /// Where to send [`CellEvent`]s (each display as it arrives) while the
+    /// cell runs. The result still carries everything.
+    pub events: Option<mpsc::UnboundedSender<CellEvent>>,
 }
 
 impl Cell {
@@ -150,6 +164,13 @@ impl Cell {
 
     pub fn reset(mut self, reset: bool) -> Cell {
         self.reset = reset;
+        self
+    }
+
+    /// Stream this cell's events (displays, as they arrive) to `sink`. A
+    /// closed receiver is ignored; the cell runs on.
+    pub fn events(mut self, sink: mpsc::UnboundedSender<CellEvent>) -> Cell {
+        self.events = Some(sink);
         self
     }
 }

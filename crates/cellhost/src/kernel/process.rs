@@ -17,6 +17,8 @@ use super::unix;
 use super::{KernelOptions, SpawnError};
 
 const RUNNER_SOURCE: &str = include_str!("../runner/runner.py");
+/// Rich outputs; runner.py reads it from its own dir at start.
+const DISPLAY_SOURCE: &str = include_str!("../runner/display.py");
 
 /// How a process ended, for notes and errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,15 +109,18 @@ impl Process {
             .create(&staging)
             .map_err(io("create the kernel staging dir"))?;
         let script = staging.join("runner.py");
-        {
+        for (path, source) in [
+            (script.clone(), RUNNER_SOURCE),
+            (staging.join("display.py"), DISPLAY_SOURCE),
+        ] {
             use std::io::Write;
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .open(&script)
+                .open(&path)
                 .map_err(io("write the runner script"))?;
-            f.write_all(RUNNER_SOURCE.as_bytes())
+            f.write_all(source.as_bytes())
                 .map_err(io("write the runner script"))?;
         }
         match Self::start(opts, python, id, staging.clone(), &script).await {
@@ -142,7 +147,13 @@ impl Process {
         let (err_r, err_w) = unix::pipe().map_err(io("create the stderr pipe"))?;
 
         let mut cmd = tokio::process::Command::new(python);
+        let caps = &opts.display;
         cmd.arg(script)
+            .args([
+                max_display_bytes(opts).to_string(),
+                caps.max_cell_bytes.to_string(),
+                caps.max_cell_displays.to_string(),
+            ])
             .env_clear()
             .envs(opts.env.vars.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -179,7 +190,9 @@ impl Process {
             child,
             ctrl_tx,
             ctrl_rx,
-            frames: FrameReader::default(),
+            frames: FrameReader::with_display_limit(
+                max_display_bytes(opts) + super::display::FRAME_SLACK,
+            ),
             stdout,
             stderr,
             _death: death_w,
@@ -336,6 +349,12 @@ fn spawn_watcher(pgid: u32, death_r: std::os::fd::OwnedFd) -> Option<tokio::proc
         cmd.pre_exec(|| unix::child_setup(&[]));
     }
     cmd.spawn().ok()
+}
+
+/// The per-display cap, within what a frame may carry.
+fn max_display_bytes(opts: &KernelOptions) -> usize {
+    let most = super::frame::MAX_FRAME - super::display::FRAME_SLACK;
+    opts.display.max_display_bytes.min(most)
 }
 
 fn check_version(hello: &Frame) -> Result<(), SpawnError> {

@@ -20,6 +20,9 @@ pub(super) enum Vacancy {
     Reported(String),
     /// Died while idle: nobody knows yet that the state is gone.
     DiedIdle(Exit),
+    /// Wrote something other than a display on the control pipe while
+    /// idle (a thread writing to fd 4), so it was killed.
+    BrokeIdle(String),
     /// The caller asked for a reset.
     Reset,
 }
@@ -42,6 +45,12 @@ impl Vacancy {
                 info.note = Some(format!(
                     "The previous kernel {} while idle, so its state was lost; this cell ran in a fresh kernel.",
                     exit.describe()
+                ));
+            }
+            Vacancy::BrokeIdle(detail) => {
+                info.state_lost = true;
+                info.note = Some(format!(
+                    "The previous kernel broke its control channel while idle ({detail}), so it was killed and its state was lost; this cell ran in a fresh kernel."
                 ));
             }
             Vacancy::Reported(why) if !why.is_empty() => {

@@ -6,6 +6,9 @@
 //! after its own writes to fds 1 and 2 have returned, so once the reply
 //! arrives every byte the cell wrote is already in the pipes. A
 //! non-blocking drain after the reply collects it all.
+//!
+//! Display frames may come before the reply (and between cells, from
+//! threads): each one is handed to the cell's [`Displays`] as it arrives.
 
 use std::io;
 use std::time::Duration;
@@ -15,6 +18,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::unix::pipe;
 use tokio::sync::mpsc;
 
+use super::display::Displays;
 use super::frame::Frame;
 use super::process::{Exit, Process};
 use super::Control;
@@ -22,6 +26,11 @@ use crate::output::Capture;
 
 /// Reads per readiness event, so a flooding cell cannot starve the rest.
 const READS_PER_WAKE: usize = 16;
+
+/// Reply-pipe wakes in a row that brought only displays, after which the
+/// timer, interrupts and output get one turn even though the reply pipe
+/// is ready again: a flood of display frames must not starve them.
+const DISPLAY_WAKES_IN_A_ROW: u32 = 16;
 
 /// Why the runner is being asked to stop the cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,19 +58,45 @@ pub(super) struct Streams {
     pub out_eof: bool,
     pub err_eof: bool,
     pub ctrl_eof: bool,
+    /// Displays of the running cell (or, between cells, of the next one).
+    pub displays: Displays,
+}
+
+/// What the complete frames read so far on the reply pipe amount to.
+pub(super) enum Frames {
+    /// Nothing but displays (now in `displays`).
+    Pending,
+    Done(Frame),
+    Broken(String),
+}
+
+/// Hand every complete frame in `proc.frames` to `displays` until the
+/// reply (`op=done`) shows up.
+pub(super) fn take_frames(proc: &mut Process, displays: &mut Displays) -> Frames {
+    loop {
+        match proc.frames.next_frame() {
+            Ok(Some(frame)) => match frame.text("op").as_deref() {
+                Some("display") => displays.accept(frame),
+                Some("done") => return Frames::Done(frame),
+                _ => return Frames::Broken("unexpected control frame".into()),
+            },
+            Ok(None) => return Frames::Pending,
+            Err(e) => return Frames::Broken(format!("bad control frame: {e}")),
+        }
+    }
 }
 
 /// Send the request and wait for the cell to settle, enforcing the
 /// timeout (SIGINT, then kill after `grace`) and handling interrupts.
 /// A complete `done` frame still in the reply pipe of a runner that has
 /// exited (direct reads: the reactor may not have seen the bytes yet).
-fn reply_left_in_pipe(proc: &mut Process, buf: &mut [u8]) -> Option<Frame> {
+fn reply_left_in_pipe(proc: &mut Process, s: &mut Streams, buf: &mut [u8]) -> Option<Frame> {
     use std::os::fd::AsFd;
     while let Ok(n @ 1..) = nix::unistd::read(proc.ctrl_rx.as_fd(), buf) {
         proc.frames.extend(&buf[..n]);
     }
-    match proc.frames.next_frame() {
-        Ok(Some(frame)) if frame.text("op").as_deref() == Some("done") => Some(frame),
+    match take_frames(proc, &mut s.displays) {
+        Frames::Done(frame) => Some(frame),
         _ => None,
     }
 }
@@ -78,6 +113,7 @@ pub(super) async fn wait_for_cell(
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     let mut stop: Option<Stop> = None;
     let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut display_wakes = 0u32;
 
     // Send the cell. write_all is not cancel safe, but if it is cancelled
     // the kernel is killed anyway.
@@ -114,40 +150,40 @@ pub(super) async fn wait_for_cell(
             // In this order: the reply first (when it and the runner's exit
             // are both ready, the reply tells more), output last.
             biased;
-            r = proc.ctrl_rx.readable(), if !s.ctrl_eof => {
+            r = proc.ctrl_rx.readable(), if !s.ctrl_eof && display_wakes < DISPLAY_WAKES_IN_A_ROW => {
                 if r.is_err() {
                     s.ctrl_eof = true;
                     continue;
                 }
-                match proc.ctrl_rx.try_read(buf) {
-                    Ok(0) => s.ctrl_eof = true,
-                    Ok(n) => {
-                        proc.frames.extend(&buf[..n]);
-                        match proc.frames.next_frame() {
-                            Ok(Some(frame)) if frame.text("op").as_deref() == Some("done") => {
-                                return (Outcome::Reply(frame), stop);
+                // Several reads per wake: a display can be megabytes.
+                for _ in 0..READS_PER_WAKE {
+                    match proc.ctrl_rx.try_read(buf) {
+                        Ok(0) => s.ctrl_eof = true,
+                        Ok(n) => {
+                            proc.frames.extend(&buf[..n]);
+                            match take_frames(proc, &mut s.displays) {
+                                Frames::Done(frame) => return (Outcome::Reply(frame), stop),
+                                Frames::Broken(detail) => {
+                                    proc.kill_now().await;
+                                    return (Outcome::Broken(detail), stop);
+                                }
+                                Frames::Pending => continue,
                             }
-                            Ok(Some(_)) => {
-                                proc.kill_now().await;
-                                return (Outcome::Broken("unexpected control frame".into()), stop);
-                            }
-                            Err(e) => {
-                                proc.kill_now().await;
-                                return (Outcome::Broken(format!("bad control frame: {e}")), stop);
-                            }
-                            Ok(None) => {}
                         }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(_) => s.ctrl_eof = true,
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(_) => s.ctrl_eof = true,
+                    break;
                 }
+                display_wakes += 1;
             }
             status = proc.child.wait() => {
                 let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
                 proc.exited = Some(exit);
                 // A runner that replied and then exited (sys.exit) may be
                 // seen exiting before its reply is read: read it first.
-                if let Some(frame) = reply_left_in_pipe(proc, buf) {
+                if let Some(frame) = reply_left_in_pipe(proc, s, buf) {
                     return (Outcome::Reply(frame), stop);
                 }
                 return (Outcome::Died(exit), stop);
@@ -193,6 +229,10 @@ pub(super) async fn wait_for_cell(
             r = proc.stderr.readable(), if !s.err_eof => {
                 if r.is_err() || pump(&proc.stderr, buf, &mut s.err) { s.err_eof = true; }
             }
+            // Ready on its second poll: the other arms had their turn.
+            () = tokio::task::yield_now(), if display_wakes >= DISPLAY_WAKES_IN_A_ROW => {
+                display_wakes = 0;
+            }
         }
     }
 }
@@ -216,17 +256,6 @@ pub(super) fn pump(rx: &pipe::Receiver, buf: &mut [u8], sink: &mut Capture) -> b
         }
     }
     false
-}
-
-pub(super) fn discard(rx: &pipe::Receiver, buf: &mut [u8]) -> bool {
-    loop {
-        match rx.try_read(buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return false,
-            Err(_) => return true,
-        }
-    }
 }
 
 /// After the reply: collect everything already in the pipes. Bounded, so

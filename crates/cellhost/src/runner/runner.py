@@ -7,6 +7,7 @@
 #   fd 3  control requests     (host -> runner, framed)
 #   fd 4  control replies      (runner -> host, framed)
 #   fd 5  death pipe           (EOF = the host is gone: kill our process group)
+#   argv  runner.py MAX_DISPLAY MAX_CELL_BYTES MAX_CELL_DISPLAYS (display caps)
 #
 # Frame: 4-byte little-endian body length, then fields, each written as
 # b"<name> <len>\n" followed by <len> raw bytes. No escaping, binary safe.
@@ -14,6 +15,11 @@
 # Startup imports are kept to builtin modules: json, re, traceback and
 # friends cost milliseconds each and are imported lazily, only on the paths
 # that need them (errors).
+#
+# Rich outputs (display(), rich last values, matplotlib figures) live in
+# display.py next to this file, loaded on first use; see `_display_module`.
+# Display frames (op=display) may be written at any time, from any thread,
+# so every write to fd 4 holds `_out_lock`.
 
 import sys
 import os
@@ -27,6 +33,10 @@ CTRL_IN = 3
 CTRL_OUT = 4
 DEATH = 5
 MAX_VALUE = 1 << 20  # bytes of a value repr sent to the host
+# Display caps, from the host (argv); the host enforces them again.
+MAX_DISPLAY = 5 << 20
+MAX_CELL_BYTES = 20 << 20
+MAX_CELL_DISPLAYS = 1000
 
 _runner_file = __file__
 _cell_running = False
@@ -93,7 +103,40 @@ def _read_frame():
 
 
 def _write_frame(fields):
-    _write_bytes(_encode(fields))
+    _send(_encode(fields))
+
+
+_out_lock = _thread.allocate_lock()
+_main_thread = _thread.get_ident()
+_forked = False  # set in a fork()ed child (multiprocessing): it must stay off fd 4
+_main_writing = False
+_sigint_deferred = False
+
+
+def _send(frame):
+    """Write one whole frame to the reply pipe; safe from any thread.
+
+    Frames never interleave (one lock), a forked child never writes into its
+    parent's pipe, and a SIGINT that lands while the main thread is half way
+    through a frame is raised only once the frame is complete.
+    """
+    global _main_writing, _sigint_deferred
+    if _forked:
+        return False
+    main = _thread.get_ident() == _main_thread
+    with _out_lock:
+        if main:
+            _main_writing = True
+        try:
+            _write_bytes(frame)
+        finally:
+            if main:
+                _main_writing = False
+    if main and _sigint_deferred:
+        _sigint_deferred = False
+        if _cell_running:
+            raise KeyboardInterrupt
+    return True
 
 
 def _write_bytes(data):
@@ -127,8 +170,88 @@ def _watch_death():
 def _on_sigint(signum, frame):
     # Only user code is interruptible: a SIGINT that lands while the runner
     # itself is between cells or writing a reply is ignored.
+    global _sigint_deferred
     if _cell_running:
+        if _main_writing:
+            _sigint_deferred = True  # raised by _send once the frame is out
+            return
         raise KeyboardInterrupt
+
+
+# --- rich outputs: display.py, loaded on first use -------------------------
+
+_modules = sys.modules
+_display_source = None  # read at start: a cell may remove the staging dir
+_display_mod = None
+
+
+def _display_module():
+    global _display_mod
+    if _display_mod is None:
+        path = os.path.join(os.path.dirname(_runner_file), "display.py")
+        mod = type(sys)("_cellhost_display")
+        mod.__file__ = path
+        exec(compile(_display_source, path, "exec"), mod.__dict__)
+        rt = type(sys)("_cellhost_runtime")
+        rt.MAX_DISPLAY = MAX_DISPLAY
+        rt.MAX_CELL_BYTES = MAX_CELL_BYTES
+        rt.MAX_CELL_DISPLAYS = MAX_CELL_DISPLAYS
+        rt._send = _send
+        rt._encode = _encode
+        rt._thread = _thread
+        mod.init(rt)
+        _display_mod = mod
+    return _display_mod
+
+
+def display(*objs, **kwargs):
+    """Show objects as rich outputs (images, HTML tables...) in the cell's result."""
+    return _display_module().display(*objs, **kwargs)
+
+
+_PLAIN_TYPES = frozenset(
+    (int, float, complex, bool, str, bytes, list, tuple, dict, set, frozenset, range, type)
+)
+_RICH_METHODS = tuple(
+    "_repr_mimebundle_ _repr_png_ _repr_jpeg_ _repr_svg_ _repr_html_ "
+    "_repr_markdown_ _repr_json_ _repr_latex_".split()
+)
+
+
+def _maybe_rich(value):
+    """Cheap test: may `value` have a representation beyond text?"""
+    cls = type(value)
+    if cls in _PLAIN_TYPES:
+        return False
+    for name in _RICH_METHODS:
+        if getattr(cls, name, None) is not None:
+            return True
+    mod = getattr(cls, "__module__", None)
+    return isinstance(mod, str) and mod.startswith(("matplotlib.", "PIL."))
+
+
+class _MatplotlibHook:
+    """A meta-path finder that prepares matplotlib as it is imported (no
+    window, plt.show() captures figures; see display.py `find_spec`). It
+    answers only for two names; any other import costs two compares."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "matplotlib.pyplot" and name != "matplotlib":
+            return None
+        return _display_module().find_spec(name, path, target, _MatplotlibHook)
+
+
+def _flush_figures():
+    """Open matplotlib figures become displays at the end of a cell."""
+    global _cell_running
+    _cell_running = True  # rendering is part of the cell: interruptible
+    try:
+        _display_module().flush_figures()
+    except BaseException:
+        pass
+    finally:
+        _cell_running = False
 
 
 class _Streams:
@@ -327,6 +450,8 @@ class Runner:
             _signal.signal(_signal.SIGINT, _on_sigint)
         reply = _OK
         ns = self.ns
+        if _display_mod is not None:
+            _display_mod.begin_cell()
         try:
             _cell_running = True
             try:
@@ -340,6 +465,8 @@ class Runner:
                     if value is not None:
                         builtins._ = value
                         reply = {"status": "ok", "value": _cap(repr(value), MAX_VALUE)}
+                        if _maybe_rich(value):
+                            _display_module().show_value(value)
             finally:
                 _cell_running = False
         except SystemExit as e:
@@ -362,6 +489,14 @@ class Runner:
             e = None
         finally:
             _cell_running = False
+        if "matplotlib.pyplot" in _modules and reply["status"] != "exit":
+            _flush_figures()
+        if _display_mod is not None:
+            dropped, note = _display_mod.take_drops()
+            if dropped:
+                reply = dict(reply)
+                reply["displays_dropped"] = dropped
+                reply["displays_note"] = note
         return reply
 
     def settle(self):
@@ -370,9 +505,28 @@ class Runner:
         _sync_linecache()
 
 
+def _setup_display():
+    global MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS, _display_source
+    args = sys.argv[1:4]
+    if len(args) == 3:
+        MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS = (int(a) for a in args)
+    del sys.argv[1:]
+    with open(os.path.join(os.path.dirname(_runner_file), "display.py"), "rb") as f:
+        _display_source = f.read()
+    builtins.display = display
+    sys.meta_path.insert(0, _MatplotlibHook)
+    os.register_at_fork(after_in_child=_after_fork)
+
+
+def _after_fork():
+    global _forked
+    _forked = True
+
+
 def main():
     for fd in (CTRL_IN, CTRL_OUT, DEATH):
         os.set_inheritable(fd, False)
+    _setup_display()
     _thread.start_new_thread(_watch_death, ())
     _signal.signal(_signal.SIGINT, _on_sigint)
     try:
@@ -419,7 +573,7 @@ def main():
             except BaseException:
                 pass
             if reply is _OK:
-                _write_bytes(_OK_FRAME)
+                _send(_OK_FRAME)
             else:
                 reply["op"] = "done"
                 _write_frame(reply)

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod registry;
+pub mod display;
 
 use std::time::{Duration, Instant};
 
