@@ -1,8 +1,8 @@
 //! Helpers shared by the kernel integration tests: real processes only.
 #![allow(dead_code)]
 
-pub mod registry;
 pub mod display;
+pub mod registry;
 
 use std::time::{Duration, Instant};
 
