@@ -314,17 +314,23 @@ impl KernelManager {
                 .filter(|k| pick(&k.owner))
                 .cloned()
                 .collect();
-            state.tombstones.retain(|k, _| !pick(&k.owner));
-            keys.into_iter()
-                .filter_map(|k| {
-                    let slot = state.slots.remove(&k)?;
-                    let had_kernel = housekeeping::mark_removed(&slot);
-                    if had_kernel.is_some() {
-                        housekeeping::remember(&mut state, k, Tombstone::Disposed);
-                    }
-                    had_kernel
-                })
-                .collect::<Vec<_>>()
+            // Whatever an owner's next call would have been told (its
+            // kernel was evicted, say), it is now told the session was
+            // reset: that is what its caller asked for.
+            for (_, why) in state.tombstones.iter_mut().filter(|(k, _)| pick(&k.owner)) {
+                *why = Tombstone::Disposed;
+            }
+            let mut victims = Vec::new();
+            for k in keys {
+                let Some(slot) = state.slots.remove(&k) else {
+                    continue;
+                };
+                // Also an entry whose kernel is still starting: its
+                // caller starts over and must hear of the reset.
+                victims.extend(housekeeping::mark_removed(&slot));
+                housekeeping::remember(&mut state, k, Tombstone::Disposed);
+            }
+            victims
         };
         let n = victims.len();
         self.shared
