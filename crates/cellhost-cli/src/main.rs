@@ -45,6 +45,14 @@ pub(crate) struct RunArgs {
     /// Python interpreter (default: $CELLHOST_PYTHON, else python3 on PATH).
     #[arg(long, value_name = "PATH")]
     pub python: Option<PathBuf>,
+    /// Sandbox profile: `none` (default for `run`: your own script, your
+    /// files) or `strict` (bubblewrap: no network, no host files but a
+    /// private workspace, unprivileged uid).
+    #[arg(long, value_name = "PROFILE")]
+    pub sandbox: Option<cellhost::config::Profile>,
+    /// Read [sandbox] and [limits] from this cellhost.toml.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {

@@ -63,14 +63,31 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         eprintln!("cellhost: {name} has no code to run (it is empty or only blank lines and markdown cells)");
         return 2;
     }
+    let config = match &args.config {
+        Some(path) => match cellhost::config::Config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("cellhost: {e}");
+                return 2;
+            }
+        },
+        None => cellhost::config::Config::default(),
+    };
     let opts = KernelOptions {
         python: args.python.clone(),
         default_timeout: args.timeout,
+        // `run` executes the operator's own script: no sandbox unless asked.
+        sandbox: config
+            .sandbox
+            .sandbox(args.sandbox, cellhost::config::Profile::None),
+        limits: config.limits.limits(),
         ..KernelOptions::default()
     };
     let kernel = match Kernel::spawn(opts).await {
         Ok(k) => k,
-        Err(e @ (SpawnError::Interpreter(_) | SpawnError::TooOld { .. })) => {
+        Err(
+            e @ (SpawnError::Interpreter(_) | SpawnError::TooOld { .. } | SpawnError::Sandbox(_)),
+        ) => {
             eprintln!("cellhost: {e}");
             return 2;
         }

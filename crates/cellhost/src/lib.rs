@@ -22,8 +22,10 @@ pub mod interpreter;
 pub mod kernel;
 pub mod output;
 pub mod percent;
+pub mod sandbox;
 
 pub use cellhost_protocol::{CellResult, DisplayItem, KernelInfo, Status, Truncated};
 pub use interpreter::{Interpreter, InterpreterError};
 pub use kernel::{Cell, Kernel, KernelError, KernelOptions, SpawnError};
 pub use output::OutputLimits;
+pub use sandbox::{ResourceLimits, Sandbox, StrictSandbox};

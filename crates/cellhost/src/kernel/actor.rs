@@ -10,7 +10,7 @@
 //! the kernel's state is decided in `report.rs`.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,6 +25,7 @@ use super::wait::{discard, drain, pump, wait_for_cell, Outcome, Streams};
 use super::{Cell, Control, KernelError, KernelOptions, Observed, Request, SpawnError};
 use crate::interpreter::Interpreter;
 use crate::output::{Capture, Cleaner};
+use crate::sandbox::{launch::ensure_workspace, Sandbox};
 
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -46,6 +47,10 @@ pub(crate) struct Actor {
     spill_tag: String,
     /// The next cell is the first one of this kernel handle.
     first: bool,
+    /// The strict sandbox's workspace, shared by every process of this
+    /// handle; `owned`: we made it, so it goes at shutdown.
+    workspace: Option<PathBuf>,
+    owned_workspace: bool,
     buf: Vec<u8>,
 }
 
@@ -56,7 +61,34 @@ impl Actor {
         observed: Arc<Observed>,
     ) -> Result<Actor, SpawnError> {
         let python = interpreter.path().to_path_buf();
-        let proc = Process::spawn(&opts, &python).await?;
+        let (workspace, owned_workspace) = match &opts.sandbox {
+            Sandbox::None => (None, false),
+            Sandbox::Strict(strict) => {
+                let (dir, owned) = match &strict.workspace {
+                    Some(dir) => (dir.clone(), false),
+                    None => (
+                        opts.staging_root
+                            .join(format!("ws-{}", super::process::random_hex(6))),
+                        true,
+                    ),
+                };
+                if owned {
+                    private_dir(&opts.staging_root).map_err(|err| SpawnError::Io {
+                        about: "create the staging root",
+                        err,
+                    })?;
+                }
+                ensure_workspace(&dir, strict)?;
+                (Some(dir), owned)
+            }
+        };
+        let proc = match Process::spawn(&opts, &python, workspace.as_deref()).await {
+            Ok(p) => p,
+            Err(e) => {
+                remove_owned(workspace.as_deref(), owned_workspace);
+                return Err(e);
+            }
+        };
         observed.pid.store(proc.pid, Ordering::Relaxed);
         let cleaner = Cleaner::new(opts.env.secrets.iter().cloned());
         private_dir(&opts.spill_dir).map_err(|err| SpawnError::Io {
@@ -79,6 +111,8 @@ impl Actor {
             spill_seq: 0,
             spill_tag: format!("raw-{}", super::process::random_hex(6)),
             first: true,
+            workspace,
+            owned_workspace,
             buf: vec![0; READ_CHUNK],
         };
         // The placeholders above become real captures for the first cell.
@@ -160,7 +194,7 @@ impl Actor {
                 if r.is_err() || discard(&proc.ctrl_rx, &mut self.buf) { s.ctrl_eof = true; }
             }
             status = proc.child.wait() => {
-                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
+                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
                 proc.exited = Some(exit);
                 self.vacate(Vacancy::DiedIdle(exit)).await;
             }
@@ -169,6 +203,7 @@ impl Actor {
 
     async fn teardown(&mut self) {
         self.vacate(Vacancy::Reported(String::new())).await;
+        remove_owned(self.workspace.as_deref(), self.owned_workspace);
     }
 
     /// Kill the live process (if any) and record why.
@@ -208,7 +243,7 @@ impl Actor {
         let (outcome, stop) = loop {
             if let Slot::Vacant(why) = &self.slot {
                 why.describe_fresh(&mut info);
-                match Process::spawn(&self.opts, &self.python).await {
+                match Process::spawn(&self.opts, &self.python, self.workspace.as_deref()).await {
                     Ok(p) => {
                         self.observed.pid.store(p.pid, Ordering::Relaxed);
                         self.slot = Slot::Live(Box::new(p));
@@ -223,6 +258,7 @@ impl Actor {
                 unreachable!("a live process was just ensured")
             };
             proc.execution_count += 1;
+            super::breach::mark_start(proc);
             info.id = proc.id.clone();
             info.pid = Some(proc.pid);
             info.execution_count = proc.execution_count;
@@ -270,12 +306,14 @@ impl Actor {
             }
             _ => String::new(),
         };
+        let breach = super::breach::find(&outcome, proc);
         let mut report = report::report(
             &outcome,
             stop,
             &mut info,
             self.opts.interrupt_grace,
             &stderr_tail,
+            breach,
         );
         let shutdown = match outcome {
             Outcome::ShutDown(tx) => Some(tx),
@@ -366,5 +404,12 @@ impl Actor {
             f.write_all(text.as_bytes())
         };
         write().ok().map(|()| path.display().to_string())
+    }
+}
+
+/// Remove a workspace this handle made (never a caller's).
+fn remove_owned(workspace: Option<&Path>, owned: bool) {
+    if let (Some(dir), true) = (workspace, owned) {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -85,7 +85,7 @@ pub(super) async fn wait_for_cell(
     let sent = tokio::select! {
         r = send => r.map_err(|e| format!("failed to send the cell: {e}")),
         status = proc.child.wait() => {
-            let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
+            let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
             proc.exited = Some(exit);
             return (Outcome::NotDelivered(exit), None);
         }
@@ -96,7 +96,7 @@ pub(super) async fn wait_for_cell(
         if let Ok(Ok(status)) =
             tokio::time::timeout(Duration::from_secs(1), proc.child.wait()).await
         {
-            let exit = Exit::from_status(status);
+            let exit = Exit::from_status(status).unwrapped(proc.wrapped);
             proc.exited = Some(exit);
             return (Outcome::NotDelivered(exit), None);
         }
@@ -143,7 +143,7 @@ pub(super) async fn wait_for_cell(
                 }
             }
             status = proc.child.wait() => {
-                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
+                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
                 proc.exited = Some(exit);
                 // A runner that replied and then exited (sys.exit) may be
                 // seen exiting before its reply is read: read it first.

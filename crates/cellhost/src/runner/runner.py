@@ -8,6 +8,11 @@
 #   fd 4  control replies      (runner -> host, framed)
 #   fd 5  death pipe           (EOF = the host is gone: kill our process group)
 #
+# Arguments: --cpu-per-cell=N moves the soft RLIMIT_CPU to "CPU used so far
+# + N (+1 for whole-second rounding)" at the start of every cell, so a cell
+# that burns more is killed by SIGXCPU (the host names the limit).
+# --chdir=DIR: the cell's working dir (in a sandbox, where bwrap cannot).
+#
 # Frame: 4-byte little-endian body length, then fields, each written as
 # b"<name> <len>\n" followed by <len> raw bytes. No escaping, binary safe.
 #
@@ -30,6 +35,8 @@ MAX_VALUE = 1 << 20  # bytes of a value repr sent to the host
 
 _runner_file = __file__
 _cell_running = False
+_cpu_per_cell = 0
+_cpu_hard = None
 _sources = {}  # filename -> source, pushed into linecache lazily
 
 
@@ -122,6 +129,36 @@ def _watch_death():
         os.killpg(0, 9)
     finally:
         os._exit(1)
+
+
+def _limit_cpu():
+    # Two syscalls per cell; `resource` is imported once, at the first cell.
+    global _cpu_hard
+    import resource
+
+    if _cpu_hard is None:
+        _cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(r.ru_utime + r.ru_stime) + 1 + _cpu_per_cell
+    if _cpu_hard != resource.RLIM_INFINITY:
+        soft = min(soft, _cpu_hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, _cpu_hard))
+
+
+def _breach_of(e):
+    # Exceptions that mean a resource limit was hit; the host decides
+    # whether the limit is one of ours and names it.
+    if isinstance(e, MemoryError):
+        return "memory"
+    if isinstance(e, OSError):
+        err = e.errno
+        if err == 27:  # EFBIG
+            return "file_size"
+        if err == 24:  # EMFILE
+            return "open_files"
+        if err == 11:  # EAGAIN, e.g. fork() refused
+            return "processes"
+    return None
 
 
 def _on_sigint(signum, frame):
@@ -325,6 +362,11 @@ class Runner:
         _sources[filename] = code
         if _signal.getsignal(_signal.SIGINT) is not _on_sigint:
             _signal.signal(_signal.SIGINT, _on_sigint)
+        if _cpu_per_cell:
+            try:
+                _limit_cpu()
+            except Exception:
+                pass
         reply = _OK
         ns = self.ns
         try:
@@ -359,6 +401,9 @@ class Runner:
             etype = type(e)
             reply = {"status": "interrupted" if etype is KeyboardInterrupt else "error"}
             reply["error"], reply["traceback"] = _describe_error(etype, e, e.__traceback__)
+            breach = _breach_of(e)
+            if breach:
+                reply["breach"] = breach
             e = None
         finally:
             _cell_running = False
@@ -370,7 +415,18 @@ class Runner:
         _sync_linecache()
 
 
+def _parse_args():
+    global _cpu_per_cell
+    for arg in sys.argv[1:]:
+        if arg.startswith("--cpu-per-cell="):
+            _cpu_per_cell = int(arg.split("=", 1)[1])
+        elif arg.startswith("--chdir="):
+            os.chdir(arg.split("=", 1)[1])
+    del sys.argv[1:]
+
+
 def main():
+    _parse_args()
     for fd in (CTRL_IN, CTRL_OUT, DEATH):
         os.set_inheritable(fd, False)
     _thread.start_new_thread(_watch_death, ())
