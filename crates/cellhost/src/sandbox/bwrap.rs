@@ -84,7 +84,9 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
             _ => {}
         }
     }
-    a.flags(&["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]);
+    a.flags(&[
+        "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
+    ]);
     a.mark(Path::new("/dev"));
     a.mark(Path::new("/proc"));
     a.mark(Path::new("/tmp"));

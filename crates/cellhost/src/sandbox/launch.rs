@@ -241,8 +241,8 @@ pub(crate) fn prefixes(python: &Path) -> Result<Vec<PathBuf>, SandboxError> {
     };
     let out = std::process::Command::new(python)
         .args([
+            // Not -S: site.py is what makes sys.prefix a venv's dir.
             "-I",
-            "-S",
             "-c",
             "import sys; print(sys.prefix); print(sys.base_prefix); print(sys.exec_prefix); print(sys.base_exec_prefix)",
         ])
