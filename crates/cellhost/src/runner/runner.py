@@ -400,7 +400,16 @@ class Runner:
         except BaseException as e:
             etype = type(e)
             reply = {"status": "interrupted" if etype is KeyboardInterrupt else "error"}
-            reply["error"], reply["traceback"] = _describe_error(etype, e, e.__traceback__)
+            try:
+                reply["error"], reply["traceback"] = _describe_error(etype, e, e.__traceback__)
+            except Exception:
+                # Describing needs `traceback` and source files: at the
+                # open-files or memory limit that can fail. Say what we can.
+                try:
+                    text = "%s: %s" % (etype.__name__, e)
+                except Exception:
+                    text = etype.__name__
+                reply["error"] = _cap(text, MAX_VALUE)
             breach = _breach_of(e)
             if breach:
                 reply["breach"] = breach
