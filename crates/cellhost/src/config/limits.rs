@@ -15,6 +15,10 @@ pub struct LimitsConfig {
     pub max_processes: u64,
     pub max_open_files: u64,
     pub max_file_size_mib: u64,
+    /// Per-kernel cgroups for memory and processes where the host has a
+    /// writable hierarchy (else rlimits); `false`: rlimits only, ~15 ms
+    /// faster spawns.
+    pub cgroups: bool,
 }
 
 impl Default for LimitsConfig {
@@ -27,6 +31,7 @@ impl Default for LimitsConfig {
             max_processes: or0(d.max_processes),
             max_open_files: or0(d.max_open_files),
             max_file_size_mib: or0(d.max_file_size_bytes) / MIB,
+            cgroups: d.cgroups,
         }
     }
 }
@@ -40,6 +45,7 @@ impl LimitsConfig {
             max_processes: some(self.max_processes),
             max_open_files: some(self.max_open_files),
             max_file_size_bytes: some(self.max_file_size_mib.saturating_mul(MIB)),
+            cgroups: self.cgroups,
         }
     }
 

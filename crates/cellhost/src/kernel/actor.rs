@@ -258,7 +258,6 @@ impl Actor {
                 unreachable!("a live process was just ensured")
             };
             proc.execution_count += 1;
-            super::breach::mark_start(proc);
             info.id = proc.id.clone();
             info.pid = Some(proc.pid);
             info.execution_count = proc.execution_count;

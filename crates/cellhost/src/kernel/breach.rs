@@ -19,24 +19,24 @@ pub(super) struct Breach {
     pub killed: bool,
 }
 
-/// Remember the cgroup counters as the cell starts.
-pub(super) fn mark_start(proc: &mut Process) {
-    if let Some(cg) = &proc.cgroup {
-        proc.counters = (cg.oom_kills(), cg.pids_max_hits());
-    }
-}
-
 /// The limit this cell ran into, judging by how it ended.
-pub(super) fn find(outcome: &Outcome, proc: &Process) -> Option<Breach> {
-    let l = &proc.limits;
-    let (oom, forks_refused) = match &proc.cgroup {
-        Some(cg) => (
-            cg.oom_kills() > proc.counters.0,
-            cg.pids_max_hits() > proc.counters.1,
-        ),
-        None => (false, false),
-    };
+///
+/// cgroup counters are read only when they can matter (a SIGKILL, an
+/// `EAGAIN`): reading `memory.oom_control` costs ~85 µs, more than a
+/// whole warm cell. They are compared with the values seen at the last
+/// read (zero in a fresh cgroup).
+pub(super) fn find(outcome: &Outcome, proc: &mut Process) -> Option<Breach> {
+    let l = proc.limits;
     let pids_cgroup = proc.cgroup.as_ref().is_some_and(|c| c.limits_processes());
+    let sigkill = Exit::Signal(Signal::SIGKILL as i32);
+    let oom = match (&proc.cgroup, outcome) {
+        (Some(cg), Outcome::Died(exit)) if *exit == sigkill => {
+            let now = cg.oom_kills();
+            let seen = std::mem::replace(&mut proc.counters.0, now);
+            now > seen
+        }
+        _ => false,
+    };
     match outcome {
         Outcome::Died(exit) => {
             let limit = match exit {
@@ -57,9 +57,16 @@ pub(super) fn find(outcome: &Outcome, proc: &Process) -> Option<Breach> {
                 Some("open_files") => l.open_files,
                 // EAGAIN is a refused fork only when the cgroup says so
                 // (or no cgroup counts forks and RLIMIT_NPROC is in force).
-                Some("processes") if forks_refused || !pids_cgroup => l.processes,
-                _ if forks_refused && frame.text("status").as_deref() == Some("error") => {
-                    l.processes
+                Some("processes") => {
+                    let refused = match &proc.cgroup {
+                        Some(cg) if pids_cgroup => {
+                            let now = cg.pids_max_hits();
+                            let seen = std::mem::replace(&mut proc.counters.1, now);
+                            now > seen
+                        }
+                        _ => true,
+                    };
+                    l.processes.filter(|_| refused)
                 }
                 _ => None,
             };

@@ -71,8 +71,8 @@ pub(crate) struct Process {
     pub cgroup: Option<KernelCgroup>,
     /// The limits in force, to name a breach.
     pub limits: EnforcedLimits,
-    /// cgroup counters when the current cell started (OOM kills, forks
-    /// refused at pids.max).
+    /// cgroup counters when last read (OOM kills, forks refused at
+    /// pids.max), to tell whether a cell added to them.
     pub counters: (u64, u64),
     pub child: tokio::process::Child,
     pub ctrl_tx: pipe::Sender,

@@ -37,6 +37,8 @@ _runner_file = __file__
 _cell_running = False
 _cpu_per_cell = 0
 _cpu_hard = None
+_cpu_soft = None
+_resource = None
 _sources = {}  # filename -> source, pushed into linecache lazily
 
 
@@ -132,17 +134,22 @@ def _watch_death():
 
 
 def _limit_cpu():
-    # Two syscalls per cell; `resource` is imported once, at the first cell.
-    global _cpu_hard
-    import resource
+    # At the start of every cell: soft RLIMIT_CPU = CPU used so far + the
+    # per-cell allowance. process_time() is the same clock RLIMIT_CPU
+    # counts and far cheaper than getrusage(); setrlimit runs only when
+    # the whole-second value moves, so a warm trivial cell pays ~1 us.
+    global _cpu_hard, _cpu_soft, _resource
+    soft = int(_process_time()) + 1 + _cpu_per_cell
+    if soft == _cpu_soft:
+        return
+    if _resource is None:
+        import resource as _resource
 
-    if _cpu_hard is None:
-        _cpu_hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    soft = int(r.ru_utime + r.ru_stime) + 1 + _cpu_per_cell
-    if _cpu_hard != resource.RLIM_INFINITY:
+        _cpu_hard = _resource.getrlimit(_resource.RLIMIT_CPU)[1]
+    if _cpu_hard != _resource.RLIM_INFINITY:
         soft = min(soft, _cpu_hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, _cpu_hard))
+    _resource.setrlimit(_resource.RLIMIT_CPU, (soft, _cpu_hard))
+    _cpu_soft = soft
 
 
 def _breach_of(e):
@@ -425,10 +432,11 @@ class Runner:
 
 
 def _parse_args():
-    global _cpu_per_cell
+    global _cpu_per_cell, _process_time
     for arg in sys.argv[1:]:
         if arg.startswith("--cpu-per-cell="):
             _cpu_per_cell = int(arg.split("=", 1)[1])
+            from time import process_time as _process_time
         elif arg.startswith("--chdir="):
             os.chdir(arg.split("=", 1)[1])
     del sys.argv[1:]

@@ -78,7 +78,11 @@ pub(crate) struct Spec<'a> {
 }
 
 pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
-    let cg = KernelCgroup::create(s.id, s.limits.memory_bytes, s.limits.max_processes);
+    let cg = s
+        .limits
+        .cgroups
+        .then(|| KernelCgroup::create(s.id, s.limits.memory_bytes, s.limits.max_processes))
+        .flatten();
     let mem_cgroup = cg.as_ref().is_some_and(|c| c.limits_memory());
     let pids_cgroup = cg.as_ref().is_some_and(|c| c.limits_processes());
     let l = s.limits;
