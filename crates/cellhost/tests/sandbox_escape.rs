@@ -215,12 +215,11 @@ async fn kernels_run_as_an_unprivileged_uid_without_capabilities() {
     );
 }
 
+/// Teardown kills every process of the sandbox, `setsid` grandchildren
+/// included (they stay in the pid namespace). The host being SIGKILLed is
+/// tested end to end in cellhost-cli/tests/run.rs.
 #[tokio::test]
-async fn the_kernel_dies_with_its_host_even_inside_the_sandbox() {
-    // The host here is a child process (this test binary re-run as a
-    // helper would need a harness): use the CLI tests' approach instead,
-    // with the sandbox on: see cellhost-cli/tests/run.rs. Here: teardown
-    // kills every process of the sandbox, grandchildren included.
+async fn shutdown_kills_every_process_of_the_sandbox_even_setsid_ones() {
     let k = strict_kernel().await;
     let r = k
         .run("import subprocess\np = subprocess.Popen(['sh', '-c', 'setsid sleep 1000 & sleep 1000'])\n1")
