@@ -171,3 +171,23 @@ async fn a_grandchild_that_left_the_group_is_killed_at_teardown() {
         "a setsid grandchild outlived its kernel"
     );
 }
+
+/// Without cgroups, memory is `RLIMIT_AS`: the allocation fails inside
+/// Python, the kernel survives, and the error names the limit.
+#[tokio::test]
+async fn without_cgroups_a_memory_bomb_is_a_named_memory_error_and_state_is_kept() {
+    let limits = ResourceLimits::default()
+        .memory_bytes(Some(512 * MIB))
+        .cgroups(false);
+    let k = strict_with(limits).await;
+    k.run("x = 3").await;
+    let r = k.run("hog = bytearray(2 * 2**30)").await;
+    assert_eq!(r.status, Status::Error, "{r:?}");
+    let err = r.error.clone().unwrap();
+    assert!(
+        err.starts_with("MemoryError") && err.contains("memory limit 512 MiB exceeded"),
+        "{err}"
+    );
+    assert!(!r.kernel.state_lost, "{r:?}");
+    assert_eq!(k.run("x").await.value.as_deref(), Some("3"));
+}
