@@ -297,3 +297,39 @@ async fn a_callers_workspace_is_created_kept_and_a_default_one_removed() {
     k.kernel.shutdown().await;
     assert!(k.staging_dirs().is_empty(), "{:?}", k.staging_dirs());
 }
+
+/// The tool RPC will be a Unix socket in the kernel's staging dir: the
+/// kernel reaches its own (through the read-only bind at
+/// /run/cellhost/kernel), and no other kernel reaches it.
+#[tokio::test]
+async fn a_socket_in_the_staging_dir_is_reachable_by_its_kernel_only() {
+    let a = strict_kernel().await;
+    let b = strict_kernel().await;
+    let b_staging = b
+        .staging_dirs()
+        .into_iter()
+        .find(|p| p.file_name().unwrap().to_str().unwrap().starts_with("k-"))
+        .unwrap();
+    let sock = b_staging.join("rpc.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    // Owner-only, owned by the kernel's uid (what the RPC will do).
+    std::os::unix::fs::chown(&sock, Some(65534), Some(65534)).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let r = b
+        .run("import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect('/run/cellhost/kernel/rpc.sock')\ns.sendall(b'hi')\n'connected'")
+        .await;
+    assert_eq!(r.value.as_deref(), Some("'connected'"), "{r:?}");
+    let (mut conn, _) = listener.accept().unwrap();
+    let mut got = [0u8; 2];
+    std::io::Read::read_exact(&mut conn, &mut got).unwrap();
+    assert_eq!(&got, b"hi");
+    let code = attempt(
+        "other-rpc",
+        &format!(
+            "import socket; s = socket.socket(socket.AF_UNIX); s.connect({:?})",
+            sock.display().to_string()
+        ),
+    );
+    assert_blocked(&a, &code).await;
+}

@@ -393,6 +393,12 @@ impl Drop for Process {
         if self.exited.is_none() {
             unix::signal_group(self.pgid(), Signal::SIGKILL);
         }
+        if !self.group_killed {
+            // The cgroup's empty dir may stay behind on this path.
+            if let Some(cg) = &self.cgroup {
+                cg.kill_members();
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.staging);
     }
 }

@@ -183,9 +183,7 @@ impl KernelCgroup {
         }
     }
 
-    /// SIGKILL every member (escapees of the process group included),
-    /// then remove the dirs. Waits up to ~1 s for members to exit.
-    pub(crate) async fn kill_and_remove(&self) {
+    fn dirs(&self) -> Vec<&PathBuf> {
         let mut dirs: Vec<&PathBuf> = self
             .memory
             .iter()
@@ -193,19 +191,22 @@ impl KernelCgroup {
             .map(|(d, _)| d)
             .collect();
         dirs.dedup();
-        for dir in dirs {
+        dirs
+    }
+
+    /// SIGKILL every member now (no waiting; for `Drop` backstops).
+    pub(crate) fn kill_members(&self) {
+        for dir in self.dirs() {
+            kill_members_of(dir);
+        }
+    }
+
+    /// SIGKILL every member (escapees of the process group included),
+    /// then remove the dirs. Waits up to ~1 s for members to exit.
+    pub(crate) async fn kill_and_remove(&self) {
+        for dir in self.dirs() {
             for _ in 0..100 {
-                let kill = dir.join("cgroup.kill");
-                if kill.exists() {
-                    let _ = std::fs::write(&kill, "1");
-                }
-                let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
-                for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
+                kill_members_of(dir);
                 match std::fs::remove_dir(dir) {
                     Ok(()) => break,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => break,
@@ -213,6 +214,20 @@ impl KernelCgroup {
                 }
             }
         }
+    }
+}
+
+fn kill_members_of(dir: &Path) {
+    let kill = dir.join("cgroup.kill");
+    if kill.exists() {
+        let _ = std::fs::write(&kill, "1");
+    }
+    let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+    for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 
