@@ -191,3 +191,36 @@ async fn without_cgroups_a_memory_bomb_is_a_named_memory_error_and_state_is_kept
     assert!(!r.kernel.state_lost, "{r:?}");
     assert_eq!(k.run("x").await.value.as_deref(), Some("3"));
 }
+
+/// Every process of a sandboxed kernel is in the kernel's own cgroups
+/// (they are joined in the background while the kernel starts, and the
+/// sandbox waits for that before it runs anything).
+#[tokio::test]
+async fn every_process_of_a_sandboxed_kernel_is_in_its_cgroups() {
+    let k = strict_with(ResourceLimits::default()).await;
+    k.run("import subprocess\np = subprocess.Popen(['sleep', '100'])")
+        .await;
+    let runner = k.kernel.pid().unwrap();
+    let bwrap = parent_of(parent_of(runner).unwrap()).unwrap();
+    let all: Vec<u32> = std::iter::once(bwrap).chain(descendants(bwrap)).collect();
+    assert!(all.len() >= 4, "{all:?}");
+    for p in all {
+        let cg = std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap();
+        for controller in ["memory", "pids"] {
+            // A v1 hierarchy with the controller, else the v2 line.
+            let line = cg
+                .lines()
+                .find(|l| {
+                    l.split(':')
+                        .nth(1)
+                        .is_some_and(|c| c.split(',').any(|c| c == controller))
+                })
+                .or_else(|| cg.lines().find(|l| l.starts_with("0::")))
+                .unwrap_or_else(|| panic!("no {controller} line: {cg}"));
+            assert!(
+                line.contains("/cellhost-k-"),
+                "pid {p} is not in the kernel's {controller} cgroup: {line}"
+            );
+        }
+    }
+}

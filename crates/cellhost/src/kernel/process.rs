@@ -179,6 +179,7 @@ impl Process {
             wrapped,
             limits,
             landlock,
+            block,
         } = launch::prepare(&launch::Spec {
             id: &id,
             python,
@@ -194,11 +195,15 @@ impl Process {
             .stdout(Stdio::from(out_w))
             .stderr(Stdio::from(err_w))
             .kill_on_drop(true);
-        let placements = [
+        let (block_r, block_w) = block.unzip();
+        let mut placements = vec![
             (unix::raw(&req_r), 3),
             (unix::raw(&rep_w), 4),
             (unix::raw(&death_r), 5),
         ];
+        if let Some(r) = &block_r {
+            placements.push((unix::raw(r), launch::BLOCK_FD));
+        }
         // SAFETY: child_setup and setup.apply only call async-signal-safe
         // functions (everything they use was allocated before the fork).
         unsafe {
@@ -221,9 +226,12 @@ impl Process {
                 });
             }
         };
-        drop((req_r, rep_w));
+        drop((req_r, rep_w, block_r));
         let leader = child.id().expect("a just-spawned child has a pid");
         let watcher = spawn_watcher(leader, death_r);
+        // Into the cgroups while the runner starts; awaited before the
+        // kernel is handed out (no cell runs outside its cgroup).
+        let adopting = cgroup.as_ref().map(|cg| cg.adopt(leader, block_w));
 
         let ctrl_tx = pipe::Sender::from_owned_fd(req_w).map_err(io("watch the request pipe"))?;
         let ctrl_rx = pipe::Receiver::from_owned_fd(rep_r).map_err(io("watch the reply pipe"))?;
@@ -252,6 +260,19 @@ impl Process {
         };
         match tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await {
             Ok(Ok(())) => {
+                if let Some(adopting) = adopting {
+                    let moved = match adopting.await {
+                        Ok(r) => r,
+                        Err(e) => Err(io::Error::other(e.to_string())),
+                    };
+                    if let Err(err) = moved {
+                        proc.kill_now().await;
+                        return Err(SpawnError::Io {
+                            about: "move the kernel into its cgroup",
+                            err,
+                        });
+                    }
+                }
                 if wrapped {
                     // Signals (SIGINT) go to the Python inside; pid() and
                     // RSS mean the runner, as without a sandbox.

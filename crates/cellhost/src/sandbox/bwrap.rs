@@ -37,6 +37,8 @@ pub(crate) struct Plan<'a> {
     pub cwd: Option<&'a Path>,
     /// `Some(path of setpriv)` when the host is root.
     pub setpriv: Option<&'a Path>,
+    /// `--block-fd`: the sandbox waits for a byte on it before starting.
+    pub block_fd: Option<i32>,
     /// The command run inside: interpreter, script, arguments.
     pub command: Vec<OsString>,
 }
@@ -55,6 +57,10 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
     ]);
     if !p.strict.network {
         a.flags(&["--unshare-net"]);
+    }
+    if let Some(fd) = p.block_fd {
+        a.push("--block-fd");
+        a.push(fd.to_string());
     }
     match p.setpriv {
         Some(_) => a.flags(&[
@@ -200,6 +206,7 @@ mod tests {
             prefixes: &prefixes,
             cwd: None,
             setpriv: root.then_some(setpriv.as_path()),
+            block_fd: None,
             command: vec!["/usr/bin/python3".into(), "runner.py".into()],
         };
         args(&plan)

@@ -4,17 +4,24 @@
 //! we look for the host's own cgroup in a v1 hierarchy that has it, else
 //! in the v2 hierarchy when the controller is enabled for children there.
 //! Each kernel gets `cellhost-<kernel id>` under it, with `memory.max` /
-//! `memory.limit_in_bytes` and `pids.max` set; the child joins it before
-//! exec (writing `0` to `cgroup.procs`, which means "me"), so everything
-//! the kernel forks, including `setsid`/double-forked grandchildren, stays
-//! inside. At teardown every member is killed (v2 `cgroup.kill` when
-//! present, else each pid in `cgroup.procs`) and the dir removed.
+//! `memory.limit_in_bytes` and `pids.max` set, and the kernel is moved in
+//! before it runs any cell, so everything it forks, including
+//! `setsid`/double-forked grandchildren, stays inside. At teardown every
+//! member is killed (v2 `cgroup.kill` when present, else each pid in
+//! `cgroup.procs`) and the dir removed.
+//!
+//! Moving a process between cgroups makes the kernel wait for an RCU
+//! grace period after a quiet spell (~10–15 ms here), so the host does it
+//! in the background while the new process starts ([`KernelCgroup::adopt`]):
+//! a plain runner forks nothing before its first cell; under bwrap, the
+//! sandbox's first process waits on `--block-fd` until it has been moved,
+//! and everything after it is forked inside.
 //!
 //! A controller that is not available, or a cgroup that cannot be created
 //! (read-only hierarchy, no delegation), falls back to rlimits.
 
-use std::ffi::CString;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -102,8 +109,8 @@ fn writable_dir(dir: &Path) -> bool {
 pub(crate) struct KernelCgroup {
     memory: Option<(PathBuf, Version)>,
     pids: Option<(PathBuf, Version)>,
-    /// `cgroup.procs` of each dir, for the child to join before exec.
-    procs: Vec<CString>,
+    /// `cgroup.procs` of each dir.
+    procs: Vec<PathBuf>,
 }
 
 impl KernelCgroup {
@@ -142,11 +149,7 @@ impl KernelCgroup {
         }
         let mut dirs: Vec<&PathBuf> = cg.memory.iter().chain(&cg.pids).map(|(d, _)| d).collect();
         dirs.dedup();
-        for d in dirs {
-            let path = d.join("cgroup.procs");
-            cg.procs
-                .push(CString::new(path.into_os_string().into_encoded_bytes()).ok()?);
-        }
+        cg.procs = dirs.into_iter().map(|d| d.join("cgroup.procs")).collect();
         (!cg.procs.is_empty()).then_some(cg)
     }
 
@@ -158,9 +161,36 @@ impl KernelCgroup {
         self.pids.is_some()
     }
 
-    /// The `cgroup.procs` files to join, for [`join`] in the child.
-    pub(crate) fn procs_files(&self) -> Vec<CString> {
-        self.procs.clone()
+    /// Move the just-spawned `leader` (and, when `unblock` is given, the
+    /// bwrap child waiting on it) into the kernel's cgroups, in a blocking
+    /// task. Fails closed: on any error the process group is killed before
+    /// the bwrap child could be released.
+    pub(crate) fn adopt(
+        &self,
+        leader: u32,
+        unblock: Option<OwnedFd>,
+    ) -> tokio::task::JoinHandle<io::Result<()>> {
+        let procs = self.procs.clone();
+        tokio::task::spawn_blocking(move || {
+            let moved = (|| {
+                move_pid(&procs, leader)?;
+                if let Some(w) = &unblock {
+                    for child in children_of(leader)? {
+                        move_pid(&procs, child)?;
+                    }
+                    nix::unistd::write(w, b"x").map_err(io::Error::from)?;
+                }
+                Ok(())
+            })();
+            if moved.is_err() {
+                let _ = nix::sys::signal::killpg(
+                    nix::unistd::Pid::from_raw(leader as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            drop(unblock);
+            moved
+        })
     }
 
     /// How many times the OOM killer acted in the memory cgroup.
@@ -231,24 +261,34 @@ fn kill_members_of(dir: &Path) {
     }
 }
 
-/// In the forked child, before exec: join each cgroup (async-signal-safe:
-/// open, write, close).
-pub(crate) fn join(procs: &[CString]) -> io::Result<()> {
-    for path in procs {
-        // SAFETY: a valid NUL-terminated path; a 1-byte buffer we own.
-        unsafe {
-            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let n = libc::write(fd, b"0".as_ptr().cast(), 1);
-            libc::close(fd);
-            if n != 1 {
-                return Err(io::Error::last_os_error());
-            }
-        }
+fn move_pid(procs: &[PathBuf], pid: u32) -> io::Result<()> {
+    for file in procs {
+        std::fs::write(file, pid.to_string())?;
     }
     Ok(())
+}
+
+/// The children of `pid` once it has any (bwrap clones its sandbox child
+/// right after exec); at most 2 s.
+fn children_of(pid: u32) -> io::Result<Vec<u32>> {
+    let end = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        let list = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))?;
+        let kids: Vec<u32> = list
+            .split_whitespace()
+            .filter_map(|k| k.parse().ok())
+            .collect();
+        if !kids.is_empty() {
+            return Ok(kids);
+        }
+        if std::time::Instant::now() > end {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "bwrap did not start its sandbox within 2 s",
+            ));
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 fn make(dir: &Path) -> io::Result<()> {

@@ -3,14 +3,15 @@
 //! before exec (join cgroups, set rlimits, enforce Landlock).
 
 use std::collections::HashMap;
-use std::ffi::{CString, OsString};
+use std::ffi::OsString;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use super::bwrap::{self, Plan};
-use super::cgroup::{self, KernelCgroup};
+use super::cgroup::KernelCgroup;
 use super::landlock;
 use super::limits::{Limit, ResourceLimits, Rlimits};
 use super::{Sandbox, SandboxError, StrictSandbox, STAGING_IN_SANDBOX, WORKSPACE_IN_SANDBOX};
@@ -32,7 +33,14 @@ pub(crate) struct Launch {
     pub limits: EnforcedLimits,
     /// Keeps the Landlock ruleset fd open until the child has forked.
     pub landlock: Option<landlock::Prepared>,
+    /// Under bwrap with cgroups: the pipe bwrap's sandbox child blocks on
+    /// (`--block-fd`, read end placed at [`BLOCK_FD`]) until it has been
+    /// moved into the cgroups.
+    pub block: Option<(OwnedFd, OwnedFd)>,
 }
+
+/// Where the `--block-fd` read end goes in the child.
+pub(crate) const BLOCK_FD: i32 = 6;
 
 /// The limits in force, as they will be named in errors.
 #[derive(Debug, Clone, Copy, Default)]
@@ -48,14 +56,12 @@ pub(crate) struct EnforcedLimits {
 /// allocation happened before the fork).
 #[derive(Debug, Clone)]
 pub(crate) struct ChildSetup {
-    cgroup_procs: Vec<CString>,
     rlimits: Rlimits,
     landlock_fd: Option<i32>,
 }
 
 impl ChildSetup {
     pub(crate) fn apply(&self) -> io::Result<()> {
-        cgroup::join(&self.cgroup_procs)?;
         self.rlimits.apply()?;
         if let Some(fd) = self.landlock_fd {
             landlock::enforce(fd)?;
@@ -103,28 +109,37 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
         runner_args.push(format!("--cpu-per-cell={cpu}").into());
     }
     let mut setup = ChildSetup {
-        cgroup_procs: cg.as_ref().map(|c| c.procs_files()).unwrap_or_default(),
         rlimits: Rlimits::plan(l, !mem_cgroup, !pids_cgroup),
         landlock_fd: None,
     };
-    let (cmd, wrapped, prepared) = match s.sandbox {
-        Sandbox::None => {
-            let mut cmd = tokio::process::Command::new(s.python);
-            cmd.arg(s.script)
-                .args(&runner_args)
-                .env_clear()
-                .envs(s.env.vars.iter().map(|(k, v)| (k, v)));
-            if let Some(cwd) = s.cwd {
-                cmd.current_dir(cwd);
+    let mut block = None;
+    let (cmd, wrapped, prepared) =
+        match s.sandbox {
+            Sandbox::None => {
+                let mut cmd = tokio::process::Command::new(s.python);
+                cmd.arg(s.script)
+                    .args(&runner_args)
+                    .env_clear()
+                    .envs(s.env.vars.iter().map(|(k, v)| (k, v)));
+                if let Some(cwd) = s.cwd {
+                    cmd.current_dir(cwd);
+                }
+                (cmd, false, None)
             }
-            (cmd, false, None)
-        }
-        Sandbox::Strict(strict) => {
-            let (cmd, prepared) = strict_command(s, strict, runner_args)?;
-            setup.landlock_fd = prepared.as_ref().map(|p| p.raw_fd());
-            (cmd, true, prepared)
-        }
-    };
+            Sandbox::Strict(strict) => {
+                if cg.is_some() {
+                    block = Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(
+                        |e| SandboxError::Io {
+                            about: "create the sandbox's start pipe",
+                            err: e.into(),
+                        },
+                    )?);
+                }
+                let (cmd, prepared) = strict_command(s, strict, runner_args, block.is_some())?;
+                setup.landlock_fd = prepared.as_ref().map(|p| p.raw_fd());
+                (cmd, true, prepared)
+            }
+        };
     Ok(Launch {
         cmd,
         setup,
@@ -132,6 +147,7 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
         wrapped,
         limits,
         landlock: prepared,
+        block,
     })
 }
 
@@ -139,6 +155,7 @@ fn strict_command(
     s: &Spec<'_>,
     strict: &StrictSandbox,
     runner_args: Vec<OsString>,
+    blocked: bool,
 ) -> Result<(tokio::process::Command, Option<landlock::Prepared>), SandboxError> {
     let bwrap = bwrap::find_program("bwrap").ok_or(SandboxError::BwrapMissing)?;
     let root = nix::unistd::geteuid().is_root();
@@ -182,6 +199,7 @@ fn strict_command(
         prefixes: &prefixes,
         cwd: s.cwd,
         setpriv: setpriv.as_deref(),
+        block_fd: blocked.then_some(BLOCK_FD),
         command,
     };
     let mut cmd = tokio::process::Command::new(&bwrap);
