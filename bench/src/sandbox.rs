@@ -23,6 +23,7 @@ use crate::stats::Summary;
 const VARIANTS: [&str; 4] = ["plain", "limits", "strict", "strict-rl"];
 const NV: usize = VARIANTS.len();
 const BLOCK: usize = 100;
+const KERNELS_PER_VARIANT: usize = 3;
 
 fn options(variant: &str, python: &Path) -> KernelOptions {
     let opts = KernelOptions::default().python(python);
@@ -66,28 +67,35 @@ pub async fn run(python: &Path, n: usize, warmup: usize, cold: usize, out: &Path
             }
         }
     }
-    // Warm x=1 round trips, in blocks taking turns.
-    let mut kernels = Vec::new();
-    for v in VARIANTS {
-        kernels.push(spawn(v, python).await?);
+    // Warm x=1 round trips, in blocks taking turns. Several kernels per
+    // variant: on 2 cores a kernel's round trip depends on whether the
+    // scheduler keeps it on the host's core (~21 µs) or not (~90 µs), and
+    // one kernel tends to stay in one mode; averaging over a few keeps
+    // that placement luck out of the ratios.
+    let mut kernels: Vec<(usize, Kernel)> = Vec::new();
+    for _ in 0..KERNELS_PER_VARIANT {
+        for (v, name) in VARIANTS.iter().enumerate() {
+            kernels.push((v, spawn(name, python).await?));
+        }
     }
     let mut warm: [Vec<Duration>; NV] = Default::default();
     let mut discard = Vec::new();
-    for k in &kernels {
+    for (_, k) in &kernels {
         library::time_cells(k, "x=1", "", warmup, &mut discard).await?;
     }
-    let mut left = n;
+    let per_kernel = n.div_ceil(KERNELS_PER_VARIANT);
+    let mut left = per_kernel;
     let mut block = 0;
     while left > 0 {
         let count = left.min(BLOCK);
-        for j in 0..NV {
-            let v = (block + j) % NV;
-            library::time_cells(&kernels[v], "x=1", "", count, &mut warm[v]).await?;
+        for j in 0..kernels.len() {
+            let (v, k) = &kernels[(block + j) % kernels.len()];
+            library::time_cells(k, "x=1", "", count, &mut warm[*v]).await?;
         }
         left -= count;
         block += 1;
     }
-    for k in kernels {
+    for (_, k) in kernels {
         k.shutdown().await;
     }
 

@@ -16,8 +16,7 @@ pub struct LimitsConfig {
     pub max_open_files: u64,
     pub max_file_size_mib: u64,
     /// Per-kernel cgroups for memory and processes where the host has a
-    /// writable hierarchy (else rlimits); `false`: rlimits only, ~15 ms
-    /// faster spawns.
+    /// writable hierarchy (else rlimits); `false`: rlimits only.
     pub cgroups: bool,
 }
 

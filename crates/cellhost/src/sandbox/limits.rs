@@ -17,10 +17,9 @@ use std::io;
 /// - `max_open_files`: `RLIMIT_NOFILE`.
 /// - `max_file_size_bytes`: `RLIMIT_FSIZE` (a write past it fails with
 ///   `EFBIG`; Python ignores SIGXFSZ).
-/// - `cgroups`: use per-kernel cgroups where possible (default true).
-///   Joining a cgroup costs ~15 ms per spawn on this kind of host (the
-///   kernel waits for an RCU grace period when a process migrates);
-///   `false` trades that for rlimits only.
+/// - `cgroups`: use per-kernel cgroups where possible (default true);
+///   `false`: rlimits only (weaker: `RLIMIT_NPROC` is per uid and root
+///   ignores it, `RLIMIT_AS` counts address space per process).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceLimits {
     pub memory_bytes: Option<u64>,
