@@ -258,21 +258,26 @@ impl Process {
             exited: None,
             group_killed: false,
         };
-        match tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await {
-            Ok(Ok(())) => {
-                if let Some(adopting) = adopting {
-                    let moved = match adopting.await {
-                        Ok(r) => r,
-                        Err(e) => Err(io::Error::other(e.to_string())),
-                    };
-                    if let Err(err) = moved {
-                        proc.kill_now().await;
-                        return Err(SpawnError::Io {
-                            about: "move the kernel into its cgroup",
-                            err,
-                        });
-                    }
+        let hello = tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await;
+        // The move must have succeeded before the kernel is handed out; a
+        // failed one (which killed the kernel) explains a failed hello too.
+        if let Some(adopting) = adopting {
+            if matches!(hello, Ok(Ok(()))) || adopting.is_finished() {
+                let moved = match adopting.await {
+                    Ok(r) => r,
+                    Err(e) => Err(io::Error::other(e.to_string())),
+                };
+                if let Err(err) = moved {
+                    proc.kill_now().await;
+                    return Err(SpawnError::Io {
+                        about: "move the kernel into its cgroup",
+                        err,
+                    });
                 }
+            }
+        }
+        match hello {
+            Ok(Ok(())) => {
                 if wrapped {
                     // Signals (SIGINT) go to the Python inside; pid() and
                     // RSS mean the runner, as without a sandbox.

@@ -1,6 +1,7 @@
 //! Turning kernel options into the command that starts a runner: plain
 //! Python, or Python under bubblewrap; plus what the forked child does
-//! before exec (join cgroups, set rlimits, enforce Landlock).
+//! before exec (set rlimits, enforce Landlock); the move into cgroups happens
+//! from the host while the process starts (`cgroup.rs`).
 
 use std::collections::HashMap;
 use std::ffi::OsString;
