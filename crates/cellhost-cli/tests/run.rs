@@ -294,6 +294,7 @@ fn kernel_dies_with_its_host(busy_cell: &str) {
     for p in pids {
         assert!(!pid_alive(p), "pid {p} outlived its host by a second");
     }
+    remove_cgroups(v["kernel"]["id"].as_str().unwrap());
 }
 
 /// With the strict sandbox the host's child is bwrap and the runner its
@@ -343,6 +344,7 @@ fn a_sandboxed_kernel_dies_with_its_host_when_the_host_is_sigkilled() {
     for p in pids {
         assert!(!pid_alive(p), "pid {p} outlived its host by a second");
     }
+    remove_cgroups(v["kernel"]["id"].as_str().unwrap());
 }
 
 fn parent(pid: u32) -> Option<u32> {
@@ -406,4 +408,17 @@ fn the_config_file_sets_the_sandbox_and_limits() {
             .contains("file size limit 1 MiB exceeded"),
         "{v}"
     );
+}
+
+/// A SIGKILLed host cannot remove its kernels' (empty) cgroup dirs: the
+/// test does, so runs leave nothing behind (see README, Known limits).
+fn remove_cgroups(kernel_id: &str) {
+    let out = Command::new("find")
+        .args(["/sys/fs/cgroup", "-maxdepth", "6", "-type", "d", "-name"])
+        .arg(format!("cellhost-{kernel_id}"))
+        .output()
+        .unwrap();
+    for dir in String::from_utf8_lossy(&out.stdout).lines() {
+        let _ = std::fs::remove_dir(dir);
+    }
 }

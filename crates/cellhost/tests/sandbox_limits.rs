@@ -224,3 +224,40 @@ async fn every_process_of_a_sandboxed_kernel_is_in_its_cgroups() {
         }
     }
 }
+
+/// A runtime shut down with a live kernel runs no async teardown: the
+/// backstop still kills the kernel and removes its cgroups.
+#[test]
+fn a_kernel_dropped_with_its_runtime_leaves_no_cgroup_behind() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let opts = strict_options(&dir, StrictSandbox::default());
+    let (kernel, id, pid) = rt.block_on(async {
+        let k = cellhost::Kernel::spawn(opts).await.unwrap();
+        let r = k.execute(Cell::new("1")).await.unwrap();
+        (k, r.kernel.id, r.kernel.pid.unwrap())
+    });
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(cgroups.contains(&format!("cellhost-{id}")), "{cgroups}");
+    drop(rt);
+    drop(kernel);
+    assert!(wait_gone(pid, Duration::from_secs(2)));
+    let leftovers: Vec<String> = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .iter()
+        .flat_map(|root| {
+            let out = std::process::Command::new("find")
+                .args([root, "-maxdepth", "6", "-type", "d", "-name"])
+                .arg(format!("cellhost-{id}"))
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(leftovers.is_empty(), "cgroups left behind: {leftovers:?}");
+}

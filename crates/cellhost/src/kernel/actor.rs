@@ -406,6 +406,14 @@ impl Actor {
     }
 }
 
+impl Drop for Actor {
+    /// A runtime shut down with the kernel alive never runs `teardown`:
+    /// the workspace this handle made still goes.
+    fn drop(&mut self) {
+        remove_owned(self.workspace.as_deref(), self.owned_workspace);
+    }
+}
+
 /// Remove a workspace this handle made (never a caller's).
 fn remove_owned(workspace: Option<&Path>, owned: bool) {
     if let (Some(dir), true) = (workspace, owned) {

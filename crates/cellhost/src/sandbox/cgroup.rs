@@ -226,10 +226,23 @@ impl KernelCgroup {
         dirs
     }
 
-    /// SIGKILL every member now (no waiting; for `Drop` backstops).
-    pub(crate) fn kill_members(&self) {
+    /// SIGKILL every member and remove the dirs, blocking for at most
+    /// `within` (for `Drop` backstops, e.g. a runtime shut down with
+    /// live kernels: no async teardown runs there).
+    pub(crate) fn kill_and_remove_blocking(&self, within: Duration) {
+        let end = std::time::Instant::now() + within;
         for dir in self.dirs() {
-            kill_members_of(dir);
+            loop {
+                kill_members_of(dir);
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) if std::time::Instant::now() < end => {
+                        std::thread::sleep(Duration::from_millis(2))
+                    }
+                    Err(_) => break,
+                }
+            }
         }
     }
 
