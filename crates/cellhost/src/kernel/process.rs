@@ -419,11 +419,6 @@ impl Drop for Process {
         if self.exited.is_none() {
             unix::signal_group(self.pgid(), Signal::SIGKILL);
         }
-        // Also after kill_now: its async removal may have been cut short
-        // (a runtime shutting down mid-teardown). Gone dirs cost nothing.
-        if let Some(cg) = &self.cgroup {
-            cg.kill_and_remove_blocking(Duration::from_millis(500));
-        }
         let _ = std::fs::remove_dir_all(&self.staging);
     }
 }

@@ -229,7 +229,7 @@ impl KernelCgroup {
     /// SIGKILL every member and remove the dirs, blocking for at most
     /// `within` (for `Drop` backstops, e.g. a runtime shut down with
     /// live kernels: no async teardown runs there).
-    pub(crate) fn kill_and_remove_blocking(&self, within: Duration) {
+    fn kill_and_remove_blocking(&self, within: Duration) {
         let end = std::time::Instant::now() + within;
         for dir in self.dirs() {
             loop {
@@ -259,6 +259,15 @@ impl KernelCgroup {
                 }
             }
         }
+    }
+}
+
+impl Drop for KernelCgroup {
+    /// The backstop for every path that skipped the async teardown (a
+    /// failed launch, a runtime shut down with live kernels or mid-
+    /// teardown). Dirs already removed cost one failed `rmdir` each.
+    fn drop(&mut self) {
+        self.kill_and_remove_blocking(Duration::from_millis(500));
     }
 }
 
