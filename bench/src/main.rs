@@ -9,6 +9,7 @@ mod library;
 mod procfs;
 mod raw;
 mod report;
+mod sandbox;
 mod stats;
 
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ use crate::stats::Summary;
 
 const USAGE: &str = "\
 usage: cellhost-bench [--python PATH] [--jupyter-python PATH] [--out FILE]
+       cellhost-bench sandbox [--python PATH] [--out FILE]
 
   --python PATH          interpreter for cellhost and the raw reference
                          (default: $BENCH_PYTHON, else /usr/bin/python3,
@@ -34,7 +36,11 @@ usage: cellhost-bench [--python PATH] [--jupyter-python PATH] [--out FILE]
 
 environment: BENCH_N (2000) cells per workload for cellhost and the raw
 reference, BENCH_JUPYTER_N (300) for Jupyter, BENCH_WARMUP (200) cells,
-BENCH_COLD (20) fresh kernels timed to first reply, BENCH_JUPYTER_COLD (3).";
+BENCH_COLD (20) fresh kernels timed to first reply, BENCH_JUPYTER_COLD (3).
+
+`sandbox`: plain, limits-only and strict-sandbox kernels side by side:
+spawn p50 and warm x=1 p50 with ratios (default --out
+bench/results/sandbox.json; BENCH_N defaults to 1000 there).";
 
 /// The workloads: code and what it must print.
 const WORKLOADS: [(&str, &str); 2] = [("x=1", ""), ("print(1)", "1\n")];
@@ -55,6 +61,7 @@ struct Config {
 }
 
 fn main() {
+    let sandbox_mode = std::env::args_os().nth(1).is_some_and(|a| a == "sandbox");
     let config = match parse_args() {
         Ok(config) => config,
         Err(e) => {
@@ -66,7 +73,25 @@ fn main() {
         .enable_all()
         .build()
         .expect("building the tokio runtime");
-    match runtime.block_on(run(&config)) {
+    let result = if sandbox_mode {
+        let bench_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let out = if config.out == bench_dir.join("results/core.json") {
+            bench_dir.join("results/sandbox.json")
+        } else {
+            config.out.clone()
+        };
+        let n = env_count("BENCH_N", 1000).unwrap_or(1000);
+        runtime.block_on(sandbox::run(
+            &config.python,
+            n,
+            config.warmup,
+            config.cold,
+            &out,
+        ))
+    } else {
+        runtime.block_on(run(&config))
+    };
+    match result {
         Ok(()) => {}
         Err(e) => {
             eprintln!("cellhost-bench: could not run: {e:#}");
@@ -186,7 +211,7 @@ fn parse_args() -> Result<Config> {
     let mut python = None;
     let mut jupyter_python = None;
     let mut out = None;
-    let mut args = std::env::args_os().skip(1);
+    let mut args = std::env::args_os().skip(1).skip_while(|a| a == "sandbox");
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
             args.next()

@@ -54,6 +54,14 @@ pub(crate) struct RunArgs {
     /// <script>_displays next to the script; with --json, only when given).
     #[arg(long, value_name = "DIR")]
     pub display_dir: Option<PathBuf>,
+    /// Sandbox profile: `none` (default for `run`: your own script, your
+    /// files) or `strict` (bubblewrap: no network, no host files but a
+    /// private workspace, unprivileged uid).
+    #[arg(long, value_name = "PROFILE")]
+    pub sandbox: Option<cellhost::config::Profile>,
+    /// Read [sandbox] and [limits] from this cellhost.toml.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
 }
 
 fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {

@@ -65,9 +65,24 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         eprintln!("cellhost: {name} has no code to run (it is empty or only blank lines and markdown cells)");
         return 2;
     }
+    let config = match &args.config {
+        Some(path) => match cellhost::config::Config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("cellhost: {e}");
+                return 2;
+            }
+        },
+        None => cellhost::config::Config::default(),
+    };
     let opts = KernelOptions {
         python: args.python.clone(),
         default_timeout: args.timeout,
+        // `run` executes the operator's own script: no sandbox unless asked.
+        sandbox: config
+            .sandbox
+            .sandbox(args.sandbox, cellhost::config::Profile::None),
+        limits: config.limits.limits(),
         ..KernelOptions::default()
     };
     // Checked up front so a missing interpreter is a usage error (exit 2)
@@ -138,7 +153,9 @@ async fn run_cells(
         let result = match manager.execute(OWNER, Cell::new(cell.code.clone())).await {
             Ok(r) => r,
             Err(ManagerError::Kernel(KernelError::Spawn(
-                e @ (SpawnError::Interpreter(_) | SpawnError::TooOld { .. }),
+                e @ (SpawnError::Interpreter(_)
+                | SpawnError::TooOld { .. }
+                | SpawnError::Sandbox(_)),
             ))) => {
                 eprintln!("cellhost: {e}");
                 return 2;

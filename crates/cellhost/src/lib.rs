@@ -23,6 +23,7 @@ pub mod kernel;
 pub mod output;
 pub mod percent;
 pub mod registry;
+pub mod sandbox;
 
 pub use cellhost_protocol::{
     CellResult, DisplayItem, KernelInfo, KernelState, KernelSummary, Status, Truncated,
@@ -30,3 +31,4 @@ pub use cellhost_protocol::{
 pub use interpreter::{Interpreter, InterpreterError};
 pub use kernel::{Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SpawnError};
 pub use output::OutputLimits;
+pub use sandbox::{ResourceLimits, Sandbox, StrictSandbox};

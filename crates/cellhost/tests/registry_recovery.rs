@@ -61,6 +61,10 @@ async fn a_reused_pid_of_an_unrelated_process_is_never_killed() {
                 pid,
                 start_time: start.wrapping_sub(1),
             },
+            leader: ProcessId {
+                pid,
+                start_time: start.wrapping_sub(1),
+            },
             pgid,
             watcher: None,
             staging: staging.clone(),
@@ -73,6 +77,10 @@ async fn a_reused_pid_of_an_unrelated_process_is_never_killed() {
             id: "k-000000000002".into(),
             host: dead_host(),
             runner: ProcessId {
+                pid,
+                start_time: start,
+            },
+            leader: ProcessId {
                 pid,
                 start_time: start,
             },

@@ -6,12 +6,16 @@
 //! module next to the concept it configures; the README documents every key.
 
 mod lifecycle;
+mod limits;
+mod sandbox;
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
 pub use lifecycle::LifecycleConfig;
+pub use limits::LimitsConfig;
+pub use sandbox::{Profile, SandboxConfig};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -19,6 +23,10 @@ pub use lifecycle::LifecycleConfig;
 pub struct Config {
     /// `[lifecycle]`: kernel caps, idle reaping, warm pool.
     pub lifecycle: LifecycleConfig,
+    /// `[sandbox]`: isolation profile and its settings.
+    pub sandbox: SandboxConfig,
+    /// `[limits]`: per-kernel resource limits.
+    pub limits: LimitsConfig,
 }
 
 /// Why a configuration file could not be used.
@@ -59,7 +67,9 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), String> {
-        self.lifecycle.validate()
+        self.lifecycle.validate()?;
+        self.sandbox.validate()?;
+        self.limits.validate()
     }
 }
 
@@ -85,6 +95,35 @@ mod tests {
         assert!(err.contains("cellhost.toml"), "{err}");
         let err = parse("[lifecycl]\n").unwrap_err().to_string();
         assert!(err.contains("lifecycl"), "{err}");
+    }
+
+    #[test]
+    fn sandbox_and_limits_sections_parse_with_defaults() {
+        let c = parse("[sandbox]\nprofile = \"strict\"\nnetwork = true\n[limits]\nmemory_mib = 512\ncpu_seconds_per_cell = 0\n").unwrap();
+        let crate::sandbox::Sandbox::Strict(s) = c.sandbox.sandbox(None, Profile::None) else {
+            panic!("strict expected");
+        };
+        assert!(s.network && s.uid == 65534);
+        let l = c.limits.limits();
+        assert_eq!(l.memory_bytes, Some(512 << 20));
+        assert_eq!(l.cpu_seconds_per_cell, None);
+        assert_eq!(l.max_open_files, Some(1024));
+        assert_eq!(
+            parse("").unwrap().limits.limits(),
+            crate::sandbox::ResourceLimits::default()
+        );
+    }
+
+    #[test]
+    fn a_root_kernel_uid_or_a_bad_profile_is_refused() {
+        let err = parse("[sandbox]\nuid = 0\n").unwrap_err().to_string();
+        assert!(err.contains("never run as root"), "{err}");
+        let err = parse("[sandbox]\nprofile = \"loose\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("loose"), "{err}");
+        let err = parse("[limits]\nmemory_mib = 8\n").unwrap_err().to_string();
+        assert!(err.contains("memory_mib"), "{err}");
     }
 
     #[test]

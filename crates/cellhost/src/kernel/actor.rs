@@ -10,7 +10,7 @@
 //! the kernel's state is decided in `report.rs`.
 
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -27,6 +27,7 @@ use super::wait::{drain, pump, take_frames, wait_for_cell, Frames, Outcome, Stre
 use super::{Cell, Control, KernelError, KernelOptions, Observed, Request, SpawnError};
 use crate::interpreter::Interpreter;
 use crate::output::{Capture, Cleaner};
+use crate::sandbox::{launch::ensure_workspace, Sandbox};
 
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -48,6 +49,10 @@ pub(crate) struct Actor {
     spill_tag: String,
     /// The next cell is the first one of this kernel handle.
     first: bool,
+    /// The strict sandbox's workspace, shared by every process of this
+    /// handle; `owned`: we made it, so it goes at shutdown.
+    workspace: Option<PathBuf>,
+    owned_workspace: bool,
     buf: Vec<u8>,
 }
 
@@ -58,7 +63,34 @@ impl Actor {
         observed: Arc<Observed>,
     ) -> Result<Actor, SpawnError> {
         let python = interpreter.path().to_path_buf();
-        let proc = Process::spawn(&opts, &python).await?;
+        let (workspace, owned_workspace) = match &opts.sandbox {
+            Sandbox::None => (None, false),
+            Sandbox::Strict(strict) => {
+                let (dir, owned) = match &strict.workspace {
+                    Some(dir) => (dir.clone(), false),
+                    None => (
+                        opts.staging_root
+                            .join(format!("ws-{}", super::process::random_hex(6))),
+                        true,
+                    ),
+                };
+                if owned {
+                    private_dir(&opts.staging_root).map_err(|err| SpawnError::Io {
+                        about: "create the staging root",
+                        err,
+                    })?;
+                }
+                ensure_workspace(&dir, strict)?;
+                (Some(dir), owned)
+            }
+        };
+        let proc = match Process::spawn(&opts, &python, workspace.as_deref()).await {
+            Ok(p) => p,
+            Err(e) => {
+                remove_owned(workspace.as_deref(), owned_workspace);
+                return Err(e);
+            }
+        };
         let cleaner = Cleaner::new(opts.env.secrets.iter().cloned());
         private_dir(&opts.spill_dir).map_err(|err| SpawnError::Io {
             about: "create the spill dir",
@@ -81,6 +113,8 @@ impl Actor {
             spill_seq: 0,
             spill_tag: format!("raw-{}", super::process::random_hex(6)),
             first: true,
+            workspace,
+            owned_workspace,
             buf: vec![0; READ_CHUNK],
         };
         actor.adopt(proc);
@@ -191,7 +225,7 @@ impl Actor {
                 }
             }
             status = proc.child.wait() => {
-                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
+                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
                 proc.exited = Some(exit);
                 self.vacate(Vacancy::DiedIdle(exit)).await;
             }
@@ -200,6 +234,7 @@ impl Actor {
 
     async fn teardown(&mut self) {
         self.vacate(Vacancy::Reported(String::new())).await;
+        remove_owned(self.workspace.as_deref(), self.owned_workspace);
     }
 
     /// Make `proc` the live process: publish it to observers and record it
@@ -263,7 +298,7 @@ impl Actor {
         let (outcome, stop) = loop {
             if let Slot::Vacant(why) = &self.slot {
                 why.describe_fresh(&mut info);
-                match Process::spawn(&self.opts, &self.python).await {
+                match Process::spawn(&self.opts, &self.python, self.workspace.as_deref()).await {
                     Ok(p) => {
                         self.adopt(p);
                         self.streams.out_eof = false;
@@ -332,12 +367,14 @@ impl Actor {
             }
             _ => String::new(),
         };
+        let breach = super::breach::find(&outcome, proc);
         let mut report = report::report(
             &outcome,
             stop,
             &mut info,
             self.opts.interrupt_grace,
             &stderr_tail,
+            breach,
         );
         let shutdown = match outcome {
             Outcome::ShutDown(tx) => Some(tx),
@@ -431,5 +468,20 @@ impl Actor {
             f.write_all(text.as_bytes())
         };
         write().ok().map(|()| path.display().to_string())
+    }
+}
+
+impl Drop for Actor {
+    /// A runtime shut down with the kernel alive never runs `teardown`:
+    /// the workspace this handle made still goes.
+    fn drop(&mut self) {
+        remove_owned(self.workspace.as_deref(), self.owned_workspace);
+    }
+}
+
+/// Remove a workspace this handle made (never a caller's).
+fn remove_owned(workspace: Option<&Path>, owned: bool) {
+    if let (Some(dir), true) = (workspace, owned) {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -11,6 +11,7 @@
 //! `display.py` for rich outputs).
 
 mod actor;
+mod breach;
 mod display;
 pub(crate) mod frame;
 mod process;
@@ -30,6 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::env::ChildEnv;
 use crate::interpreter::{Interpreter, InterpreterError};
 use crate::output::OutputLimits;
+use crate::sandbox::{ResourceLimits, Sandbox, SandboxError};
 
 pub use display::{CellEvent, DisplayLimits};
 pub use frame::FrameError;
@@ -67,6 +69,13 @@ pub struct KernelOptions {
     /// Where to record live kernel processes for crash recovery (see
     /// [`record`]); `None` keeps no records.
     pub record_dir: Option<PathBuf>,
+    /// Isolation profile (default [`Sandbox::None`]; the daemon uses
+    /// strict). With strict, `cwd` is a path inside the sandbox (default
+    /// `/workspace`).
+    pub sandbox: Sandbox,
+    /// Per-kernel resource limits (default [`ResourceLimits::default`],
+    /// in both profiles).
+    pub limits: ResourceLimits,
 }
 
 /// `$XDG_RUNTIME_DIR/cellhost`, or `<tmp>/cellhost-<uid>`.
@@ -93,6 +102,8 @@ impl Default for KernelOptions {
             teardown_grace: Duration::from_secs(1),
             spawn_timeout: Duration::from_secs(30),
             record_dir: None,
+            sandbox: Sandbox::None,
+            limits: ResourceLimits::default(),
         }
     }
 }
@@ -125,6 +136,16 @@ impl KernelOptions {
 
     pub fn env(mut self, env: ChildEnv) -> Self {
         self.env = env;
+        self
+    }
+
+    pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    pub fn limits(mut self, limits: ResourceLimits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -180,6 +201,8 @@ impl Cell {
 pub enum SpawnError {
     #[error(transparent)]
     Interpreter(#[from] InterpreterError),
+    #[error(transparent)]
+    Sandbox(#[from] SandboxError),
     #[error("failed to {about}")]
     Io {
         about: &'static str,
@@ -259,12 +282,19 @@ impl Kernel {
     /// [`SpawnError`] when no interpreter is found or it fails to start.
     pub async fn spawn(opts: KernelOptions) -> Result<Kernel, SpawnError> {
         let requested = opts.python.clone();
-        let interpreter =
-            tokio::task::spawn_blocking(move || Interpreter::resolve(requested.as_deref()))
-                .await
-                .map_err(|e| SpawnError::Handshake {
-                    detail: format!("interpreter lookup panicked: {e}"),
-                })??;
+        let strict = opts.sandbox.is_strict();
+        let interpreter = tokio::task::spawn_blocking(move || -> Result<_, SpawnError> {
+            let interpreter = Interpreter::resolve(requested.as_deref())?;
+            if strict {
+                // Asked once per interpreter; later spawns hit the cache.
+                crate::sandbox::launch::prefixes(interpreter.path())?;
+            }
+            Ok(interpreter)
+        })
+        .await
+        .map_err(|e| SpawnError::Handshake {
+            detail: format!("interpreter lookup panicked: {e}"),
+        })??;
         let observed = Arc::new(Observed::default());
         let actor = actor::Actor::start(opts, interpreter, observed.clone()).await?;
         let (requests, req_rx) = mpsc::unbounded_channel();
@@ -318,7 +348,9 @@ impl Kernel {
         }
     }
 
-    /// The pid of the current kernel process, if one is running.
+    /// The pid of the current kernel process, if one is running: the
+    /// Python runner as the host sees it (also under a sandbox, where the
+    /// host's child is bwrap and the runner is its grandchild).
     pub fn pid(&self) -> Option<u32> {
         match self.inner.observed.pid.load(Ordering::Relaxed) {
             0 => None,

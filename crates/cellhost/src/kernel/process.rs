@@ -15,6 +15,8 @@ use tokio::net::unix::pipe;
 use super::frame::{Frame, FrameReader};
 use super::unix;
 use super::{KernelOptions, SpawnError};
+use crate::sandbox::cgroup::KernelCgroup;
+use crate::sandbox::launch::{self, EnforcedLimits};
 
 const RUNNER_SOURCE: &str = include_str!("../runner/runner.py");
 /// Rich outputs; runner.py reads it from its own dir at start.
@@ -38,6 +40,15 @@ impl Exit {
         }
     }
 
+    /// Under bwrap the host sees bwrap's exit, which reports a runner
+    /// killed by signal N as status 128 + N.
+    pub(crate) fn unwrapped(self, wrapped: bool) -> Exit {
+        match self {
+            Exit::Code(c) if wrapped && (129..=128 + 64).contains(&c) => Exit::Signal(c - 128),
+            other => other,
+        }
+    }
+
     pub(crate) fn describe(self) -> String {
         match self {
             Exit::Code(c) => format!("exited with status {c}"),
@@ -50,7 +61,21 @@ impl Exit {
 /// A live kernel process and its pipes.
 pub(crate) struct Process {
     pub id: String,
+    /// The runner's pid as the host sees it (under bwrap: the Python
+    /// inside the sandbox, not bwrap).
     pub pid: u32,
+    /// The host's child and process-group leader: the runner itself, or
+    /// bwrap when sandboxed.
+    leader: u32,
+    /// The runner runs under bwrap (exit statuses are bwrap's).
+    pub wrapped: bool,
+    /// The kernel's cgroups, when limits use them.
+    pub cgroup: Option<KernelCgroup>,
+    /// The limits in force, to name a breach.
+    pub limits: EnforcedLimits,
+    /// cgroup counters when last read (OOM kills, forks refused at
+    /// pids.max), to tell whether a cell added to them.
+    pub counters: (u64, u64),
     pub child: tokio::process::Child,
     pub ctrl_tx: pipe::Sender,
     pub ctrl_rx: pipe::Receiver,
@@ -98,8 +123,13 @@ pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
 }
 
 impl Process {
-    /// Start a runner and wait for its hello.
-    pub(crate) async fn spawn(opts: &KernelOptions, python: &Path) -> Result<Process, SpawnError> {
+    /// Start a runner and wait for its hello. `workspace`: the strict
+    /// sandbox's workspace (already created).
+    pub(crate) async fn spawn(
+        opts: &KernelOptions,
+        python: &Path,
+        workspace: Option<&Path>,
+    ) -> Result<Process, SpawnError> {
         let id = format!("k-{}", random_hex(6));
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
         private_dir(&opts.staging_root).map_err(io("create the staging root"))?;
@@ -123,7 +153,7 @@ impl Process {
             f.write_all(source.as_bytes())
                 .map_err(io("write the runner script"))?;
         }
-        match Self::start(opts, python, id, staging.clone(), &script).await {
+        match Self::start(opts, python, id, staging.clone(), &script, workspace).await {
             Ok(p) => Ok(p),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&staging);
@@ -138,6 +168,7 @@ impl Process {
         id: String,
         staging: PathBuf,
         script: &Path,
+        workspace: Option<&Path>,
     ) -> Result<Process, SpawnError> {
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
         let (req_r, req_w) = unix::pipe().map_err(io("create the request pipe"))?;
@@ -146,39 +177,73 @@ impl Process {
         let (out_r, out_w) = unix::pipe().map_err(io("create the stdout pipe"))?;
         let (err_r, err_w) = unix::pipe().map_err(io("create the stderr pipe"))?;
 
-        let mut cmd = tokio::process::Command::new(python);
+        let launch::Launch {
+            mut cmd,
+            setup,
+            cgroup,
+            wrapped,
+            limits,
+            landlock,
+            block,
+        } = launch::prepare(&launch::Spec {
+            id: &id,
+            python,
+            staging: &staging,
+            script,
+            env: &opts.env,
+            cwd: opts.cwd.as_deref(),
+            sandbox: &opts.sandbox,
+            workspace,
+            limits: &opts.limits,
+        })?;
         let caps = &opts.display;
-        cmd.arg(script)
-            .args([
-                max_display_bytes(opts).to_string(),
-                caps.max_cell_bytes.to_string(),
-                caps.max_cell_displays.to_string(),
-            ])
-            .env_clear()
-            .envs(opts.env.vars.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(out_w))
-            .stderr(Stdio::from(err_w))
-            .kill_on_drop(true);
-        if let Some(cwd) = &opts.cwd {
-            cmd.current_dir(cwd);
-        }
-        let placements = [
+        cmd.arg(format!(
+            "--display={},{},{}",
+            max_display_bytes(opts),
+            caps.max_cell_bytes,
+            caps.max_cell_displays
+        ))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(out_w))
+        .stderr(Stdio::from(err_w))
+        .kill_on_drop(true);
+        let (block_r, block_w) = block.unzip();
+        let mut placements = vec![
             (unix::raw(&req_r), 3),
             (unix::raw(&rep_w), 4),
             (unix::raw(&death_r), 5),
         ];
-        // SAFETY: child_setup only calls async-signal-safe functions.
-        unsafe {
-            cmd.pre_exec(move || unix::child_setup(&placements));
+        if let Some(r) = &block_r {
+            placements.push((unix::raw(r), launch::BLOCK_FD));
         }
-        let child = cmd.spawn().map_err(|err| SpawnError::Exec {
-            python: python.to_path_buf(),
-            err,
-        })?;
-        drop((req_r, rep_w));
-        let pid = child.id().expect("a just-spawned child has a pid");
-        let watcher = spawn_watcher(pid, death_r);
+        // SAFETY: child_setup and setup.apply only call async-signal-safe
+        // functions (everything they use was allocated before the fork).
+        unsafe {
+            cmd.pre_exec(move || {
+                unix::child_setup(&placements)?;
+                setup.apply()
+            });
+        }
+        let spawned = cmd.spawn();
+        drop(landlock);
+        let child = match spawned {
+            Ok(child) => child,
+            Err(err) => {
+                if let Some(cg) = &cgroup {
+                    cg.kill_and_remove().await;
+                }
+                return Err(SpawnError::Exec {
+                    python: python.to_path_buf(),
+                    err,
+                });
+            }
+        };
+        drop((req_r, rep_w, block_r));
+        let leader = child.id().expect("a just-spawned child has a pid");
+        let watcher = spawn_watcher(leader, death_r);
+        // Into the cgroups while the runner starts; awaited before the
+        // kernel is handed out (no cell runs outside its cgroup).
+        let adopting = cgroup.as_ref().map(|cg| cg.adopt(leader, block_w));
 
         let ctrl_tx = pipe::Sender::from_owned_fd(req_w).map_err(io("watch the request pipe"))?;
         let ctrl_rx = pipe::Receiver::from_owned_fd(rep_r).map_err(io("watch the reply pipe"))?;
@@ -186,7 +251,12 @@ impl Process {
         let stderr = pipe::Receiver::from_owned_fd(err_r).map_err(io("watch the stderr pipe"))?;
         let mut proc = Process {
             id,
-            pid,
+            pid: leader,
+            leader,
+            wrapped,
+            cgroup,
+            limits,
+            counters: (0, 0),
             child,
             ctrl_tx,
             ctrl_rx,
@@ -202,8 +272,42 @@ impl Process {
             exited: None,
             group_killed: false,
         };
-        match tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await {
-            Ok(Ok(())) => Ok(proc),
+        let hello = tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await;
+        // The move must have succeeded before the kernel is handed out; a
+        // failed one (which killed the kernel) explains a failed hello too.
+        if let Some(adopting) = adopting {
+            if matches!(hello, Ok(Ok(()))) || adopting.is_finished() {
+                let moved = match adopting.await {
+                    Ok(r) => r,
+                    Err(e) => Err(io::Error::other(e.to_string())),
+                };
+                if let Err(err) = moved {
+                    proc.kill_now().await;
+                    return Err(SpawnError::Io {
+                        about: "move the kernel into its cgroup",
+                        err,
+                    });
+                }
+            }
+        }
+        match hello {
+            Ok(Ok(())) => {
+                if wrapped {
+                    // Signals (SIGINT) go to the Python inside; pid() and
+                    // RSS mean the runner, as without a sandbox.
+                    match launch::runner_pid(leader) {
+                        Some(pid) => proc.pid = pid,
+                        None => {
+                            proc.kill_now().await;
+                            return Err(SpawnError::Handshake {
+                                detail: "the sandboxed runner's pid could not be found under bwrap"
+                                    .into(),
+                            });
+                        }
+                    }
+                }
+                Ok(proc)
+            }
             Ok(Err(e)) => {
                 proc.kill_now().await;
                 Err(e)
@@ -220,12 +324,15 @@ impl Process {
     async fn await_hello(&mut self) -> Result<(), SpawnError> {
         let mut stderr_tail = Vec::new();
         let mut buf = vec![0u8; 16 * 1024];
+        // A pipe at EOF is always readable: stop polling it, or this loop
+        // would spin without ever letting the runtime reap the child.
+        let (mut ctrl_eof, mut err_eof) = (false, false);
         loop {
             tokio::select! {
-                r = self.ctrl_rx.readable() => {
+                r = self.ctrl_rx.readable(), if !ctrl_eof => {
                     r.map_err(|err| SpawnError::Io { about: "read the runner's hello", err })?;
                     match self.ctrl_rx.try_read(&mut buf) {
-                        Ok(0) => {}
+                        Ok(0) => ctrl_eof = true,
                         Ok(n) => self.frames.extend(&buf[..n]),
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                         Err(err) => return Err(SpawnError::Io { about: "read the runner's hello", err }),
@@ -240,9 +347,12 @@ impl Process {
                         Ok(None) => {}
                     }
                 }
-                r = self.stderr.readable() => {
-                    if r.is_ok() {
-                        if let Ok(n) = self.stderr.try_read(&mut buf) {
+                r = self.stderr.readable(), if !err_eof => {
+                    if r.is_err() {
+                        err_eof = true;
+                    } else if let Ok(n) = self.stderr.try_read(&mut buf) {
+                        err_eof = n == 0;
+                        {
                             stderr_tail.extend_from_slice(&buf[..n]);
                             let keep = stderr_tail.len().saturating_sub(4096);
                             stderr_tail.drain(..keep);
@@ -255,7 +365,7 @@ impl Process {
                         if n == 0 { break; }
                         stderr_tail.extend_from_slice(&buf[..n]);
                     }
-                    let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
+                    let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(self.wrapped);
                     self.exited = Some(exit);
                     let tail = String::from_utf8_lossy(&stderr_tail);
                     let tail = tail.trim();
@@ -276,7 +386,7 @@ impl Process {
     }
 
     pub(crate) fn pgid(&self) -> u32 {
-        self.pid
+        self.leader
     }
 
     pub(crate) fn signal(&self, sig: Signal) {
@@ -316,6 +426,9 @@ impl Process {
         if self.exited.is_none() {
             let status = self.child.wait().await;
             self.exited = Some(status.map(Exit::from_status).unwrap_or(Exit::Unknown));
+        }
+        if let Some(cg) = &self.cgroup {
+            cg.kill_and_remove().await;
         }
         let _ = std::fs::remove_dir_all(&self.staging);
     }

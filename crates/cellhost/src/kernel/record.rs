@@ -46,8 +46,11 @@ pub struct KernelRecord {
     /// The host that started it: a record whose host still runs belongs
     /// to that host, not to us.
     pub host: ProcessId,
-    /// The runner, leader of its own process group.
+    /// The Python runner (under a sandbox, bwrap's grandchild).
     pub runner: ProcessId,
+    /// The host's child and leader of the kernel's process group: the
+    /// runner itself, or bwrap under the strict sandbox.
+    pub leader: ProcessId,
     pub pgid: u32,
     /// The death-pipe watcher (its own session), if it started.
     pub watcher: Option<ProcessId>,
@@ -60,6 +63,7 @@ impl KernelRecord {
             id: proc.id.clone(),
             host: ProcessId::of(std::process::id())?,
             runner: ProcessId::of(proc.pid)?,
+            leader: ProcessId::of(proc.pgid())?,
             pgid: proc.pgid(),
             watcher: proc.watcher_pid().and_then(ProcessId::of),
             staging: proc.staging().to_owned(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use cellhost_protocol::{KernelInfo, Status};
 
+use super::breach::Breach;
 use super::process::Exit;
 use super::wait::{Outcome, Stop};
 
@@ -73,13 +74,14 @@ pub(super) struct Report {
 
 /// Describe how the cell ended; sets `info`'s state flags and note.
 /// `stderr_tail` is the end of the cell's stderr, quoted when the kernel
-/// died.
+/// died; `breach` names the resource limit the cell ran into, if any.
 pub(super) fn report(
     outcome: &Outcome,
     stop: Option<Stop>,
     info: &mut KernelInfo,
     interrupt_grace: Duration,
     stderr_tail: &str,
+    breach: Option<Breach>,
 ) -> Report {
     let mut r = Report {
         status: Status::Success,
@@ -105,7 +107,16 @@ pub(super) fn report(
             r.traceback = frame.text("traceback");
             match frame.text("status").as_deref() {
                 Some("ok") => {}
-                Some("error") => r.status = Status::Error,
+                Some("error") => {
+                    r.status = Status::Error;
+                    if let Some(b) = breach {
+                        let what = r.error.take().unwrap_or_else(|| "error".into());
+                        r.error = Some(format!(
+                            "{what} ({} exceeded; the kernel and its state were kept)",
+                            b.limit.describe()
+                        ));
+                    }
+                }
                 Some("interrupted") => {
                     r.status = match stop {
                         Some(Stop::Timeout(t)) => {
@@ -143,6 +154,18 @@ pub(super) fn report(
         Outcome::Died(exit) | Outcome::NotDelivered(exit) => {
             r.status = stopped_status;
             let how = exit.describe();
+            if let (Some(b), Outcome::Died(_)) = (breach, outcome) {
+                let limit = b.limit.describe();
+                r.error = Some(format!(
+                    "LimitExceeded: killed: {limit} exceeded (the kernel process {how} during the cell)"
+                ));
+                r.vacancy = lost(
+                    info,
+                    format!("The kernel was killed for exceeding its {limit}, so its state was lost; the next cell starts a fresh kernel."),
+                    format!("the previous kernel was killed for exceeding its {limit}."),
+                );
+                return r;
+            }
             let last = stderr_tail
                 .lines()
                 .rev()
@@ -224,8 +247,58 @@ mod tests {
             &mut info,
             Duration::from_secs(2),
             "boom\n\n",
+            None,
         );
         (r, info)
+    }
+
+    #[test]
+    fn a_death_at_a_limit_names_the_limit_and_loses_state() {
+        let mut info = KernelInfo::default();
+        let breach = Breach {
+            limit: crate::sandbox::Limit::Memory {
+                bytes: 512 << 20,
+                cgroup: true,
+            },
+            killed: true,
+        };
+        let r = report(
+            &Outcome::Died(Exit::Signal(9)),
+            None,
+            &mut info,
+            Duration::from_secs(2),
+            "",
+            Some(breach),
+        );
+        let e = r.error.unwrap();
+        assert!(e.contains("killed: memory limit 512 MiB exceeded"), "{e}");
+        assert!(info.state_lost && info.note.unwrap().contains("512 MiB"));
+    }
+
+    #[test]
+    fn an_exception_at_a_limit_names_it_and_keeps_state() {
+        let mut info = KernelInfo::default();
+        let f = Frame::new()
+            .with("status", "error")
+            .with("error", "OSError: [Errno 27] File too large");
+        let breach = Breach {
+            limit: crate::sandbox::Limit::FileSize { bytes: 10 << 20 },
+            killed: false,
+        };
+        let r = report(
+            &Outcome::Reply(f),
+            None,
+            &mut info,
+            Duration::from_secs(2),
+            "",
+            Some(breach),
+        );
+        let e = r.error.unwrap();
+        assert!(
+            e.contains("File too large (file size limit 10 MiB exceeded"),
+            "{e}"
+        );
+        assert!(!info.state_lost);
     }
 
     #[test]

@@ -121,7 +121,7 @@ pub(super) async fn wait_for_cell(
     let sent = tokio::select! {
         r = send => r.map_err(|e| format!("failed to send the cell: {e}")),
         status = proc.child.wait() => {
-            let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
+            let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
             proc.exited = Some(exit);
             return (Outcome::NotDelivered(exit), None);
         }
@@ -132,7 +132,7 @@ pub(super) async fn wait_for_cell(
         if let Ok(Ok(status)) =
             tokio::time::timeout(Duration::from_secs(1), proc.child.wait()).await
         {
-            let exit = Exit::from_status(status);
+            let exit = Exit::from_status(status).unwrapped(proc.wrapped);
             proc.exited = Some(exit);
             return (Outcome::NotDelivered(exit), None);
         }
@@ -179,7 +179,7 @@ pub(super) async fn wait_for_cell(
                 display_wakes += 1;
             }
             status = proc.child.wait() => {
-                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown);
+                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
                 proc.exited = Some(exit);
                 // A runner that replied and then exited (sys.exit) may be
                 // seen exiting before its reply is read: read it first.

@@ -5,7 +5,8 @@
 //! `kernel::record`). At start, for every record whose host is gone, the
 //! runner's group is killed, but only when its pid still names the very
 //! process recorded (same start time, same group); a pid reused by an
-//! unrelated process is left alone. Records of a host that still runs (a
+//! unrelated process is left alone. The kernel's cgroups (when limits use
+//! them) are emptied and removed too. Records of a host that still runs (a
 //! second manager on the same data dir) are not touched.
 
 use std::os::unix::fs::MetadataExt;
@@ -29,6 +30,8 @@ pub struct RecoveryReport {
     pub pids_reused: usize,
     /// Staging dirs removed: those of reaped kernels and stale ones.
     pub staging_dirs_removed: usize,
+    /// Per-kernel cgroup dirs of dead hosts' kernels, emptied and removed.
+    pub cgroups_removed: usize,
 }
 
 pub(super) fn recover(records: &Path, staging_root: &Path, max_age: Duration) -> RecoveryReport {
@@ -39,16 +42,19 @@ pub(super) fn recover(records: &Path, staging_root: &Path, max_age: Duration) ->
             kept_staging.push(rec.staging.clone());
             continue; // a live host's kernel: not ours to judge
         }
-        let runner_is_ours =
-            rec.runner.is_same_live_process() && process_group(rec.runner.pid) == Some(rec.pgid);
-        if runner_is_ours {
+        let group_is_ours =
+            rec.leader.is_same_live_process() && process_group(rec.leader.pid) == Some(rec.pgid);
+        if group_is_ours {
             let _ = killpg(Pid::from_raw(rec.pgid as i32), Signal::SIGKILL);
             report.orphans_killed += 1;
-        } else if crate::kernel::pid_alive(rec.runner.pid) {
+        } else if crate::kernel::pid_alive(rec.leader.pid) {
             report.pids_reused += 1;
         } else {
             report.records_cleared += 1;
         }
+        // Cgroup membership names the kernel's processes for sure, also
+        // those that left its group (setsid, double fork).
+        report.cgroups_removed += crate::sandbox::cgroup::reap_leftover(&rec.id);
         if let Some(w) = &rec.watcher {
             if w.is_same_live_process() {
                 let _ = kill(Pid::from_raw(w.pid as i32), Signal::SIGKILL);

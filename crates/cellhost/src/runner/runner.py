@@ -9,6 +9,11 @@
 #   fd 5  death pipe           (EOF = the host is gone: kill our process group)
 #   argv  runner.py MAX_DISPLAY MAX_CELL_BYTES MAX_CELL_DISPLAYS (display caps)
 #
+# Arguments: --cpu-per-cell=N moves the soft RLIMIT_CPU to "CPU used so far
+# + N (+1 for whole-second rounding)" at the start of every cell, so a cell
+# that burns more is killed by SIGXCPU (the host names the limit).
+# --chdir=DIR: the cell's working dir (in a sandbox, where bwrap cannot).
+#
 # Frame: 4-byte little-endian body length, then fields, each written as
 # b"<name> <len>\n" followed by <len> raw bytes. No escaping, binary safe.
 #
@@ -40,6 +45,10 @@ MAX_CELL_DISPLAYS = 1000
 
 _runner_file = __file__
 _cell_running = False
+_cpu_per_cell = 0
+_cpu_hard = None
+_cpu_soft = None
+_resource = None
 _sources = {}  # filename -> source, pushed into linecache lazily
 
 
@@ -165,6 +174,41 @@ def _watch_death():
         os.killpg(0, 9)
     finally:
         os._exit(1)
+
+
+def _limit_cpu():
+    # At the start of every cell: soft RLIMIT_CPU = CPU used so far + the
+    # per-cell allowance. process_time() is the same clock RLIMIT_CPU
+    # counts and far cheaper than getrusage(); setrlimit runs only when
+    # the whole-second value moves, so a warm trivial cell pays ~1 us.
+    global _cpu_hard, _cpu_soft, _resource
+    soft = int(_process_time()) + 1 + _cpu_per_cell
+    if soft == _cpu_soft:
+        return
+    if _resource is None:
+        import resource as _resource
+
+        _cpu_hard = _resource.getrlimit(_resource.RLIMIT_CPU)[1]
+    if _cpu_hard != _resource.RLIM_INFINITY:
+        soft = min(soft, _cpu_hard)
+    _resource.setrlimit(_resource.RLIMIT_CPU, (soft, _cpu_hard))
+    _cpu_soft = soft
+
+
+def _breach_of(e):
+    # Exceptions that mean a resource limit was hit; the host decides
+    # whether the limit is one of ours and names it.
+    if isinstance(e, MemoryError):
+        return "memory"
+    if isinstance(e, OSError):
+        err = e.errno
+        if err == 27:  # EFBIG
+            return "file_size"
+        if err == 24:  # EMFILE
+            return "open_files"
+        if err == 11:  # EAGAIN, e.g. fork() refused
+            return "processes"
+    return None
 
 
 def _on_sigint(signum, frame):
@@ -448,6 +492,11 @@ class Runner:
         _sources[filename] = code
         if _signal.getsignal(_signal.SIGINT) is not _on_sigint:
             _signal.signal(_signal.SIGINT, _on_sigint)
+        if _cpu_per_cell:
+            try:
+                _limit_cpu()
+            except Exception:
+                pass
         reply = _OK
         ns = self.ns
         if _display_mod is not None:
@@ -485,7 +534,19 @@ class Runner:
         except BaseException as e:
             etype = type(e)
             reply = {"status": "interrupted" if etype is KeyboardInterrupt else "error"}
-            reply["error"], reply["traceback"] = _describe_error(etype, e, e.__traceback__)
+            try:
+                reply["error"], reply["traceback"] = _describe_error(etype, e, e.__traceback__)
+            except Exception:
+                # Describing needs `traceback` and source files: at the
+                # open-files or memory limit that can fail. Say what we can.
+                try:
+                    text = "%s: %s" % (etype.__name__, e)
+                except Exception:
+                    text = etype.__name__
+                reply["error"] = _cap(text, MAX_VALUE)
+            breach = _breach_of(e)
+            if breach:
+                reply["breach"] = breach
             e = None
         finally:
             _cell_running = False
@@ -506,11 +567,7 @@ class Runner:
 
 
 def _setup_display():
-    global MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS, _display_source
-    args = sys.argv[1:4]
-    if len(args) == 3:
-        MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS = (int(a) for a in args)
-    del sys.argv[1:]
+    global _display_source
     with open(os.path.join(os.path.dirname(_runner_file), "display.py"), "rb") as f:
         _display_source = f.read()
     builtins.display = display
@@ -523,7 +580,22 @@ def _after_fork():
     _forked = True
 
 
+def _parse_args():
+    global _cpu_per_cell, _process_time, MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS
+    for arg in sys.argv[1:]:
+        if arg.startswith("--cpu-per-cell="):
+            _cpu_per_cell = int(arg.split("=", 1)[1])
+            from time import process_time as _process_time
+        elif arg.startswith("--chdir="):
+            os.chdir(arg.split("=", 1)[1])
+        elif arg.startswith("--display="):
+            caps = arg.split("=", 1)[1].split(",")
+            MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS = (int(c) for c in caps)
+    del sys.argv[1:]
+
+
 def main():
+    _parse_args()
     for fd in (CTRL_IN, CTRL_OUT, DEATH):
         os.set_inheritable(fd, False)
     _setup_display()

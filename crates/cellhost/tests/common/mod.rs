@@ -92,5 +92,61 @@ pub fn venv_python() -> std::path::PathBuf {
         "the test venv is missing ({}); run scripts/test, which creates it",
         path.display()
     );
-    path
+    // Without `..` hops: a sandbox binds the venv, not the dirs on the way.
+    // The venv's `python` symlink itself is kept (it makes the venv).
+    let dir = path.parent().unwrap().canonicalize().unwrap();
+    dir.join(path.file_name().unwrap())
+}
+
+/// bubblewrap must be installed for the sandbox tests: they fail, never
+/// skip, without it.
+pub fn require_bwrap() {
+    let found = ["/usr/bin/bwrap", "/bin/bwrap", "/usr/local/bin/bwrap"]
+        .iter()
+        .any(|p| std::path::Path::new(p).exists());
+    assert!(
+        found,
+        "bubblewrap (bwrap) is missing; run scripts/test, which installs it"
+    );
+}
+
+/// Options for a strict-sandbox kernel on the test venv's interpreter.
+pub fn strict_options(dir: &tempfile::TempDir, strict: cellhost::StrictSandbox) -> KernelOptions {
+    require_bwrap();
+    options(dir)
+        .python(venv_python())
+        .sandbox(cellhost::Sandbox::Strict(strict))
+}
+
+/// A strict-sandbox kernel with default settings and limits.
+pub async fn strict_kernel() -> TestKernel {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = strict_options(&dir, cellhost::StrictSandbox::default());
+    kernel_with(opts, dir).await
+}
+
+/// Every live descendant of `pid` (children, grandchildren, ...).
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+            out.push(k);
+            todo.push(k);
+        }
+    }
+    out
+}
+
+/// The parent pid of `pid`.
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }

@@ -1,0 +1,72 @@
+//! `[limits]`: per-kernel resource limits (0 means unlimited).
+
+use serde::Deserialize;
+
+use crate::sandbox::ResourceLimits;
+
+const MIB: u64 = 1024 * 1024;
+
+/// `[limits]` keys, in the units an operator thinks in.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub memory_mib: u64,
+    pub cpu_seconds_per_cell: u64,
+    pub max_processes: u64,
+    pub max_open_files: u64,
+    pub max_file_size_mib: u64,
+    /// Per-kernel cgroups for memory and processes where the host has a
+    /// writable hierarchy (else rlimits); `false`: rlimits only.
+    pub cgroups: bool,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let d = ResourceLimits::default();
+        let or0 = |v: Option<u64>| v.unwrap_or(0);
+        LimitsConfig {
+            memory_mib: or0(d.memory_bytes) / MIB,
+            cpu_seconds_per_cell: or0(d.cpu_seconds_per_cell),
+            max_processes: or0(d.max_processes),
+            max_open_files: or0(d.max_open_files),
+            max_file_size_mib: or0(d.max_file_size_bytes) / MIB,
+            cgroups: d.cgroups,
+        }
+    }
+}
+
+impl LimitsConfig {
+    pub fn limits(&self) -> ResourceLimits {
+        let some = |v: u64| (v > 0).then_some(v);
+        ResourceLimits {
+            memory_bytes: some(self.memory_mib.saturating_mul(MIB)),
+            cpu_seconds_per_cell: some(self.cpu_seconds_per_cell),
+            max_processes: some(self.max_processes),
+            max_open_files: some(self.max_open_files),
+            max_file_size_bytes: some(self.max_file_size_mib.saturating_mul(MIB)),
+            cgroups: self.cgroups,
+        }
+    }
+
+    pub(super) fn validate(&self) -> Result<(), String> {
+        if self.memory_mib != 0 && self.memory_mib < 64 {
+            return Err(format!(
+                "[limits] memory_mib = {} is too small for Python (use at least 64, or 0 for unlimited)",
+                self.memory_mib
+            ));
+        }
+        if self.max_open_files != 0 && self.max_open_files < 16 {
+            return Err(format!(
+                "[limits] max_open_files = {} is too small: the kernel needs at least 16 (or 0 for unlimited)",
+                self.max_open_files
+            ));
+        }
+        if self.max_processes != 0 && self.max_processes < 4 {
+            return Err(format!(
+                "[limits] max_processes = {} is too small: the sandbox needs at least 4 (or 0 for unlimited)",
+                self.max_processes
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,262 @@
+//! The bubblewrap command line of the strict profile.
+//!
+//! The new root is an empty tmpfs. Into it go, read-only: `/usr`, `/etc`,
+//! the merged-usr links (`/bin`, `/lib`, ...), the interpreter's prefixes
+//! (a venv and its base; a pyenv prefix under the host's home, never the
+//! home itself) and the caller's extra paths; the kernel's staging dir at
+//! `STAGING_IN_SANDBOX`; read-write: the workspace at `/workspace`; fresh:
+//! `/dev`, `/proc` (of the new pid namespace) and a private `/tmp`.
+//!
+//! When the host is root, bwrap runs as root without a user namespace
+//! (so it can bind paths only root can traverse, like `/root/.pyenv/...`)
+//! and keeps only CAP_SETUID/SETGID/SETPCAP for `setpriv`, which drops to
+//! the kernel uid/gid, clears groups, capabilities and the bounding set
+//! and sets `no_new_privs` before exec'ing Python: no Python code ever
+//! runs as root. When the host is not root, bwrap makes a user namespace
+//! and the kernel runs as the host user.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use super::{StrictSandbox, STAGING_IN_SANDBOX, WORKSPACE_IN_SANDBOX};
+
+/// System paths bound read-only when they exist (symlinks are recreated).
+const SYSTEM: &[&str] = &[
+    "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+];
+
+/// Everything the argv needs.
+pub(crate) struct Plan<'a> {
+    pub strict: &'a StrictSandbox,
+    pub staging: &'a Path,
+    pub workspace: &'a Path,
+    /// Host dirs the interpreter needs (prefixes), bound at the same path.
+    pub prefixes: &'a [PathBuf],
+    /// Inside the sandbox; default the workspace.
+    pub cwd: Option<&'a Path>,
+    /// `Some(path of setpriv)` when the host is root.
+    pub setpriv: Option<&'a Path>,
+    /// `--block-fd`: the sandbox waits for a byte on it before starting.
+    pub block_fd: Option<i32>,
+    /// The command run inside: interpreter, script, arguments.
+    pub command: Vec<OsString>,
+}
+
+/// The bwrap arguments (without the program name).
+pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
+    let mut a = Args::default();
+    a.flags(&[
+        "--die-with-parent",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "cellhost",
+    ]);
+    if !p.strict.network {
+        a.flags(&["--unshare-net"]);
+    }
+    if let Some(fd) = p.block_fd {
+        a.push("--block-fd");
+        a.push(fd.to_string());
+    }
+    match p.setpriv {
+        Some(_) => a.flags(&[
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+            "--cap-add",
+            "CAP_SETPCAP",
+        ]),
+        None => a.flags(&["--unshare-user"]),
+    }
+    for sys in SYSTEM {
+        let path = Path::new(sys);
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                if let Ok(target) = std::fs::read_link(path) {
+                    a.push("--symlink");
+                    a.push(target);
+                    a.push(path);
+                    a.mark(path);
+                }
+            }
+            Ok(m) if m.is_dir() => a.bind("--ro-bind", path, path),
+            _ => {}
+        }
+    }
+    a.flags(&[
+        "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
+    ]);
+    a.mark(Path::new("/dev"));
+    a.mark(Path::new("/proc"));
+    a.mark(Path::new("/tmp"));
+    for dir in p.prefixes.iter().chain(&p.strict.ro_binds) {
+        if !a.covered(dir) && dir.exists() {
+            a.bind("--ro-bind", dir, dir);
+        }
+    }
+    a.bind("--ro-bind", p.staging, Path::new(STAGING_IN_SANDBOX));
+    a.bind("--bind", p.workspace, Path::new(WORKSPACE_IN_SANDBOX));
+    // bwrap changes dir after dropping its capabilities, when it may not
+    // enter the kernel uid's 0700 workspace: the runner does it instead.
+    a.flags(&["--chdir", "/"]);
+    if let Some(setpriv) = p.setpriv {
+        a.push("--");
+        a.push(setpriv);
+        a.push(format!("--reuid={}", p.strict.uid));
+        a.push(format!("--regid={}", p.strict.gid));
+        a.flags(&[
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+        ]);
+    }
+    a.push("--");
+    for c in &p.command {
+        a.push(c);
+    }
+    let mut chdir = OsString::from("--chdir=");
+    chdir.push(p.cwd.unwrap_or(Path::new(WORKSPACE_IN_SANDBOX)));
+    a.push(chdir);
+    a.out
+}
+
+#[derive(Default)]
+struct Args {
+    out: Vec<OsString>,
+    /// Paths that exist in the new root (mounted, or dirs we created).
+    present: BTreeSet<PathBuf>,
+}
+
+impl Args {
+    fn push(&mut self, s: impl Into<OsString>) {
+        self.out.push(s.into());
+    }
+
+    fn flags(&mut self, f: &[&str]) {
+        self.out.extend(f.iter().map(OsString::from));
+    }
+
+    fn mark(&mut self, p: &Path) {
+        self.present.insert(p.to_path_buf());
+    }
+
+    /// `dest` is already visible through a mount of it or an ancestor.
+    fn covered(&self, dest: &Path) -> bool {
+        dest.ancestors().any(|a| self.present.contains(a))
+    }
+
+    /// A bind mount, with its missing ancestors created 0755 first (bwrap
+    /// would make them 0700, which the unprivileged kernel cannot enter).
+    fn bind(&mut self, how: &str, src: &Path, dest: &Path) {
+        let mut missing: Vec<&Path> = dest
+            .ancestors()
+            .skip(1)
+            .take_while(|a| *a != Path::new("/") && !self.present.contains(*a))
+            .collect();
+        missing.reverse();
+        for dir in missing {
+            self.flags(&["--perms", "0755", "--dir"]);
+            self.push(dir);
+            self.mark(dir);
+        }
+        self.push(how);
+        self.push(src);
+        self.push(dest);
+        self.mark(dest);
+    }
+}
+
+/// The first executable `name` on the host's PATH (or the usual dirs).
+pub(crate) fn find_program(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/bin", "/bin", "/usr/sbin", "/sbin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(p)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan_args(network: bool, root: bool) -> Vec<String> {
+        let strict = StrictSandbox::default().network(network);
+        let prefixes = vec![
+            PathBuf::from("/usr"),
+            PathBuf::from("/root/.pyenv/versions/3.11.7"),
+        ];
+        let setpriv = PathBuf::from("/usr/bin/setpriv");
+        let plan = Plan {
+            strict: &strict,
+            staging: Path::new("/tmp/x/kernels/k-1"),
+            workspace: Path::new("/tmp/x/ws"),
+            prefixes: &prefixes,
+            cwd: None,
+            setpriv: root.then_some(setpriv.as_path()),
+            block_fd: None,
+            command: vec!["/usr/bin/python3".into(), "runner.py".into()],
+        };
+        args(&plan)
+            .into_iter()
+            .map(|s| s.into_string().unwrap())
+            .collect()
+    }
+
+    fn has(args: &[String], seq: &[&str]) -> bool {
+        args.windows(seq.len()).any(|w| w == seq)
+    }
+
+    #[test]
+    fn no_network_unless_asked() {
+        assert!(plan_args(false, true).contains(&"--unshare-net".to_owned()));
+        assert!(!plan_args(true, true).contains(&"--unshare-net".to_owned()));
+    }
+
+    #[test]
+    fn a_prefix_under_home_is_bound_alone_with_searchable_parents() {
+        let a = plan_args(false, true);
+        let p = "/root/.pyenv/versions/3.11.7";
+        assert!(has(&a, &["--ro-bind", p, p]), "{a:?}");
+        assert!(has(&a, &["--perms", "0755", "--dir", "/root"]), "{a:?}");
+        assert!(!has(&a, &["--ro-bind", "/root", "/root"]));
+        // /usr is bound once, as a system dir.
+        assert_eq!(a.iter().filter(|s| *s == "/usr").count(), 2);
+    }
+
+    #[test]
+    fn root_hosts_drop_to_the_kernel_uid_with_setpriv() {
+        let a = plan_args(false, true);
+        assert!(
+            has(&a, &["--", "/usr/bin/setpriv", "--reuid=65534"]),
+            "{a:?}"
+        );
+        assert!(!a.contains(&"--unshare-user".to_owned()));
+        let a = plan_args(false, false);
+        assert!(a.contains(&"--unshare-user".to_owned()));
+        assert!(!a.iter().any(|s| s.contains("setpriv")));
+    }
+
+    #[test]
+    fn the_staging_dir_is_read_only_and_the_workspace_writable() {
+        let a = plan_args(false, true);
+        assert!(has(
+            &a,
+            &["--ro-bind", "/tmp/x/kernels/k-1", STAGING_IN_SANDBOX]
+        ));
+        assert!(has(&a, &["--bind", "/tmp/x/ws", WORKSPACE_IN_SANDBOX]));
+        assert!(has(&a, &["--tmpfs", "/tmp"]));
+    }
+}

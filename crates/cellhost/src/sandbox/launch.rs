@@ -1,0 +1,319 @@
+//! Turning kernel options into the command that starts a runner: plain
+//! Python, or Python under bubblewrap; plus what the forked child does
+//! before exec (set rlimits, enforce Landlock); the move into cgroups happens
+//! from the host while the process starts (`cgroup.rs`).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use super::bwrap::{self, Plan};
+use super::cgroup::KernelCgroup;
+use super::landlock;
+use super::limits::{Limit, ResourceLimits, Rlimits};
+use super::{Sandbox, SandboxError, StrictSandbox, STAGING_IN_SANDBOX, WORKSPACE_IN_SANDBOX};
+use crate::env::ChildEnv;
+
+/// Host-side paths of the variables a strict kernel gets its own value of.
+const HOST_PATH_VARS: &[&str] = &["HOME", "TMPDIR", "TMP", "TEMP", "XDG_RUNTIME_DIR"];
+
+/// A command ready to spawn, and what comes with it.
+pub(crate) struct Launch {
+    pub cmd: tokio::process::Command,
+    pub setup: ChildSetup,
+    /// The kernel's cgroups (removed at teardown).
+    pub cgroup: Option<KernelCgroup>,
+    /// The runner runs under bwrap: the host's child is bwrap, and the
+    /// runner is its grandchild.
+    pub wrapped: bool,
+    /// How each limit is enforced, for the sentences naming a breach.
+    pub limits: EnforcedLimits,
+    /// Keeps the Landlock ruleset fd open until the child has forked.
+    pub landlock: Option<landlock::Prepared>,
+    /// Under bwrap with cgroups: the pipe bwrap's sandbox child blocks on
+    /// (`--block-fd`, read end placed at [`BLOCK_FD`]) until it has been
+    /// moved into the cgroups.
+    pub block: Option<(OwnedFd, OwnedFd)>,
+}
+
+/// Where the `--block-fd` read end goes in the child.
+pub(crate) const BLOCK_FD: i32 = 6;
+
+/// The limits in force, as they will be named in errors.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct EnforcedLimits {
+    pub memory: Option<Limit>,
+    pub cpu: Option<Limit>,
+    pub processes: Option<Limit>,
+    pub open_files: Option<Limit>,
+    pub file_size: Option<Limit>,
+}
+
+/// What the forked child does before exec (async-signal-safe only: all
+/// allocation happened before the fork).
+#[derive(Debug, Clone)]
+pub(crate) struct ChildSetup {
+    rlimits: Rlimits,
+    landlock_fd: Option<i32>,
+}
+
+impl ChildSetup {
+    pub(crate) fn apply(&self) -> io::Result<()> {
+        self.rlimits.apply()?;
+        if let Some(fd) = self.landlock_fd {
+            landlock::enforce(fd)?;
+        }
+        Ok(())
+    }
+}
+
+/// What the launch needs to know about one kernel.
+pub(crate) struct Spec<'a> {
+    pub id: &'a str,
+    pub python: &'a Path,
+    pub staging: &'a Path,
+    pub script: &'a Path,
+    pub env: &'a ChildEnv,
+    pub cwd: Option<&'a Path>,
+    pub sandbox: &'a Sandbox,
+    pub workspace: Option<&'a Path>,
+    pub limits: &'a ResourceLimits,
+}
+
+pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
+    let cg = s
+        .limits
+        .cgroups
+        .then(|| KernelCgroup::create(s.id, s.limits.memory_bytes, s.limits.max_processes))
+        .flatten();
+    let mem_cgroup = cg.as_ref().is_some_and(|c| c.limits_memory());
+    let pids_cgroup = cg.as_ref().is_some_and(|c| c.limits_processes());
+    let l = s.limits;
+    let limits = EnforcedLimits {
+        memory: l.memory_bytes.map(|bytes| Limit::Memory {
+            bytes,
+            cgroup: mem_cgroup,
+        }),
+        cpu: l
+            .cpu_seconds_per_cell
+            .map(|seconds| Limit::CpuPerCell { seconds }),
+        processes: l.max_processes.map(|max| Limit::Processes { max }),
+        open_files: l.max_open_files.map(|max| Limit::OpenFiles { max }),
+        file_size: l.max_file_size_bytes.map(|bytes| Limit::FileSize { bytes }),
+    };
+    let mut runner_args: Vec<OsString> = Vec::new();
+    if let Some(cpu) = l.cpu_seconds_per_cell {
+        runner_args.push(format!("--cpu-per-cell={cpu}").into());
+    }
+    let mut setup = ChildSetup {
+        rlimits: Rlimits::plan(l, !mem_cgroup, !pids_cgroup),
+        landlock_fd: None,
+    };
+    let mut block = None;
+    let (cmd, wrapped, prepared) =
+        match s.sandbox {
+            Sandbox::None => {
+                let mut cmd = tokio::process::Command::new(s.python);
+                cmd.arg(s.script)
+                    .args(&runner_args)
+                    .env_clear()
+                    .envs(s.env.vars.iter().map(|(k, v)| (k, v)));
+                if let Some(cwd) = s.cwd {
+                    cmd.current_dir(cwd);
+                }
+                (cmd, false, None)
+            }
+            Sandbox::Strict(strict) => {
+                if cg.is_some() {
+                    block = Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(
+                        |e| SandboxError::Io {
+                            about: "create the sandbox's start pipe",
+                            err: e.into(),
+                        },
+                    )?);
+                }
+                let (cmd, prepared) = strict_command(s, strict, runner_args, block.is_some())?;
+                setup.landlock_fd = prepared.as_ref().map(|p| p.raw_fd());
+                (cmd, true, prepared)
+            }
+        };
+    Ok(Launch {
+        cmd,
+        setup,
+        cgroup: cg,
+        wrapped,
+        limits,
+        landlock: prepared,
+        block,
+    })
+}
+
+fn strict_command(
+    s: &Spec<'_>,
+    strict: &StrictSandbox,
+    runner_args: Vec<OsString>,
+    blocked: bool,
+) -> Result<(tokio::process::Command, Option<landlock::Prepared>), SandboxError> {
+    let bwrap = bwrap::find_program("bwrap").ok_or(SandboxError::BwrapMissing)?;
+    let root = nix::unistd::geteuid().is_root();
+    let setpriv = if root {
+        if strict.uid == 0 || strict.gid == 0 {
+            return Err(SandboxError::RootKernel {
+                uid: strict.uid,
+                gid: strict.gid,
+            });
+        }
+        // The staging dir and the files the runner reads (runner.py,
+        // display.py) must be readable by the kernel uid. We wrote them
+        // just now; lchown never follows a link.
+        let io = |err| SandboxError::Io {
+            about: "hand the staging dir to the kernel uid",
+            err,
+        };
+        let mut paths = vec![s.staging.to_path_buf()];
+        for entry in std::fs::read_dir(s.staging).map_err(io)? {
+            paths.push(entry.map_err(io)?.path());
+        }
+        debug_assert!(paths.iter().any(|p| p == s.script));
+        for p in paths {
+            std::os::unix::fs::lchown(&p, Some(strict.uid), Some(strict.gid)).map_err(io)?;
+        }
+        Some(
+            bwrap::find_program("setpriv")
+                .ok_or(SandboxError::SetprivMissing { uid: strict.uid })?,
+        )
+    } else {
+        None
+    };
+    let workspace = s.workspace.ok_or(SandboxError::Io {
+        about: "find the kernel's workspace",
+        err: io::Error::new(io::ErrorKind::NotFound, "no workspace was prepared"),
+    })?;
+    let prefixes = prefixes(s.python)?;
+    let mut command: Vec<OsString> = vec![
+        s.python.into(),
+        Path::new(STAGING_IN_SANDBOX).join("runner.py").into(),
+    ];
+    command.extend(runner_args);
+    let plan = Plan {
+        strict,
+        staging: s.staging,
+        workspace,
+        prefixes: &prefixes,
+        cwd: s.cwd,
+        setpriv: setpriv.as_deref(),
+        block_fd: blocked.then_some(BLOCK_FD),
+        command,
+    };
+    let mut cmd = tokio::process::Command::new(&bwrap);
+    cmd.args(bwrap::args(&plan))
+        .env_clear()
+        .envs(
+            s.env
+                .vars
+                .iter()
+                .filter(|(k, _)| !HOST_PATH_VARS.iter().any(|h| k == h))
+                .map(|(k, v)| (k, v)),
+        )
+        .env("HOME", WORKSPACE_IN_SANDBOX)
+        .env("TMPDIR", "/tmp");
+    Ok((cmd, landlock::prepare(strict.network)))
+}
+
+/// Create the workspace when missing. A workspace owned by the host
+/// user (e.g. just created by us, or by a session manager running as
+/// root) is handed to the kernel uid; one owned by someone else is left
+/// as it is. Never follows a symlink at the last component.
+pub(crate) fn ensure_workspace(dir: &Path, strict: &StrictSandbox) -> Result<(), SandboxError> {
+    let err = |err| SandboxError::Workspace {
+        path: dir.to_path_buf(),
+        err,
+    };
+    if !dir.exists() {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(err)?;
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(err)?;
+    if !meta.is_dir() {
+        return Err(err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "it is not a directory (symlinks are not followed)",
+        )));
+    }
+    let me = nix::unistd::geteuid();
+    if me.is_root() && meta.uid() == 0 && strict.uid != 0 {
+        std::os::unix::fs::lchown(dir, Some(strict.uid), Some(strict.gid)).map_err(err)?;
+    }
+    Ok(())
+}
+
+/// The host dirs an interpreter needs: its `sys.prefix`, `base_prefix`,
+/// `exec_prefix` and `base_exec_prefix` (a venv and the Python it was
+/// made from). Asked once per interpreter per host process.
+pub(crate) fn prefixes(python: &Path) -> Result<Vec<PathBuf>, SandboxError> {
+    static CACHE: OnceLock<Mutex<HashMap<PathBuf, Vec<PathBuf>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(hit) = cache.lock().expect("prefix cache").get(python) {
+        return Ok(hit.clone());
+    }
+    let fail = |detail: String| SandboxError::Prefixes {
+        python: python.to_path_buf(),
+        detail,
+    };
+    let out = std::process::Command::new(python)
+        .args([
+            // Not -S: site.py is what makes sys.prefix a venv's dir.
+            "-I",
+            "-c",
+            "import sys; print(sys.prefix); print(sys.base_prefix); print(sys.exec_prefix); print(sys.base_exec_prefix)",
+        ])
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| fail(e.to_string()))?;
+    if !out.status.success() {
+        return Err(fail(format!(
+            "it exited with {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let mut dirs: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with('/'))
+        .map(PathBuf::from)
+        .collect();
+    // The interpreter's own dir too, in case it lives outside its prefix.
+    if let Some(bin) = python.parent() {
+        dirs.push(bin.to_path_buf());
+    }
+    dirs.sort();
+    dirs.dedup();
+    cache
+        .lock()
+        .expect("prefix cache")
+        .insert(python.to_path_buf(), dirs.clone());
+    Ok(dirs)
+}
+
+/// The host pid of the runner under bwrap: bwrap's child is the pid
+/// namespace's init, whose child is the runner.
+pub(crate) fn runner_pid(bwrap_pid: u32) -> Option<u32> {
+    let child_of = |pid: u32| -> Option<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .ok()?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    child_of(child_of(bwrap_pid)?)
+}

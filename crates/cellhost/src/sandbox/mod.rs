@@ -1,0 +1,148 @@
+//! Sandboxing and resource limits for local kernels.
+//!
+//! Agent code is untrusted. Two profiles:
+//!
+//! - [`Sandbox::None`]: the kernel runs as the host user with the host's
+//!   filesystem and network (the resource limits still apply).
+//! - [`Sandbox::Strict`]: the kernel runs under bubblewrap (`bwrap`, found
+//!   on PATH at run time) in new pid, ipc, uts, network and mount
+//!   namespaces (and a new user namespace when the host is not root), as
+//!   an unprivileged uid when the host is root, with system dirs read-only,
+//!   a private `/tmp`, a private writable workspace at `/workspace`, the
+//!   kernel's own staging dir read-only at [`STAGING_IN_SANDBOX`], and
+//!   nothing else of the host. Landlock adds a network and signal/abstract
+//!   socket scope layer where the kernel supports it.
+//!
+//! [`ResourceLimits`] apply in both profiles: per-kernel cgroups (v1 or v2)
+//! for memory and process count where this host has a writable hierarchy,
+//! rlimits otherwise and for open files and file size, and a per-cell CPU
+//! limit set by the runner at the start of each cell.
+//!
+//! Layout: the bwrap argv in `bwrap.rs`, rlimits and the limit sentences
+//! in `limits.rs`, cgroups in `cgroup.rs`, Landlock in `landlock.rs`, and
+//! `launch.rs` puts them together into a command for `kernel/process.rs`.
+
+mod bwrap;
+pub(crate) mod cgroup;
+mod landlock;
+pub(crate) mod launch;
+mod limits;
+
+use std::path::PathBuf;
+
+pub use limits::{Limit, ResourceLimits};
+
+/// Where the kernel's staging dir (runner script, future RPC socket) is
+/// mounted inside a strict sandbox, read-only.
+pub const STAGING_IN_SANDBOX: &str = "/run/cellhost/kernel";
+/// Where the workspace is mounted inside a strict sandbox (also the
+/// default cwd and `HOME`).
+pub const WORKSPACE_IN_SANDBOX: &str = "/workspace";
+
+/// The sandbox profile of a kernel.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Sandbox {
+    /// No isolation: the kernel sees what the host user sees.
+    #[default]
+    None,
+    /// bubblewrap isolation (see the module docs).
+    Strict(StrictSandbox),
+}
+
+impl Sandbox {
+    /// The strict profile with its defaults.
+    pub fn strict() -> Sandbox {
+        Sandbox::Strict(StrictSandbox::default())
+    }
+
+    pub fn is_strict(&self) -> bool {
+        matches!(self, Sandbox::Strict(_))
+    }
+
+    /// `"none"` or `"strict"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Sandbox::None => "none",
+            Sandbox::Strict(_) => "strict",
+        }
+    }
+}
+
+/// Settings of the strict profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StrictSandbox {
+    /// Keep the host's network (default: no network, only a private `lo`).
+    pub network: bool,
+    /// The session's writable workspace on the host, mounted at
+    /// [`WORKSPACE_IN_SANDBOX`]. Created when missing (owned by the kernel
+    /// uid) and never deleted by the kernel. `None`: a private one per
+    /// kernel handle, removed when the kernel is shut down.
+    pub workspace: Option<PathBuf>,
+    /// The uid and gid kernels run as when the host is root (default
+    /// 65534, `nobody`/`nogroup`). Ignored when the host is not root: the
+    /// kernel then runs as the host user inside a new user namespace.
+    pub uid: u32,
+    pub gid: u32,
+    /// Extra host paths mounted read-only at the same path.
+    pub ro_binds: Vec<PathBuf>,
+}
+
+impl Default for StrictSandbox {
+    fn default() -> Self {
+        StrictSandbox {
+            network: false,
+            workspace: None,
+            uid: 65534,
+            gid: 65534,
+            ro_binds: Vec::new(),
+        }
+    }
+}
+
+impl StrictSandbox {
+    pub fn network(mut self, on: bool) -> Self {
+        self.network = on;
+        self
+    }
+
+    pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(dir.into());
+        self
+    }
+
+    pub fn user(mut self, uid: u32, gid: u32) -> Self {
+        self.uid = uid;
+        self.gid = gid;
+        self
+    }
+
+    pub fn ro_bind(mut self, path: impl Into<PathBuf>) -> Self {
+        self.ro_binds.push(path.into());
+        self
+    }
+}
+
+/// Why a sandboxed kernel could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("the strict sandbox needs bubblewrap, but no `bwrap` was found on PATH; install it (Debian: apt-get install bubblewrap) or use the `none` sandbox profile")]
+    BwrapMissing,
+    #[error("the strict sandbox needs `setpriv` (util-linux) to drop to uid {uid} when the host runs as root, but it was not found; install util-linux")]
+    SetprivMissing { uid: u32 },
+    #[error("the strict sandbox must not run kernels as root: set [sandbox] uid/gid to an unprivileged user (got uid {uid}, gid {gid})")]
+    RootKernel { uid: u32, gid: u32 },
+    #[error("failed to prepare the workspace {}: {err}; choose a directory the host can create and own", path.display())]
+    Workspace {
+        path: PathBuf,
+        #[source]
+        err: std::io::Error,
+    },
+    #[error("failed to ask {} for its prefixes: {detail}", python.display())]
+    Prefixes { python: PathBuf, detail: String },
+    #[error("failed to {about}")]
+    Io {
+        about: &'static str,
+        #[source]
+        err: std::io::Error,
+    },
+}
