@@ -35,6 +35,7 @@ use crate::sandbox::{ResourceLimits, Sandbox, SandboxError};
 
 pub use display::{CellEvent, DisplayLimits};
 pub use frame::FrameError;
+pub(crate) use process::random_hex;
 pub use unix::{pid_alive, process_group, process_start_time, rss_bytes};
 
 /// How to start kernels. `Default` gives a local kernel on `python3` from

@@ -20,6 +20,7 @@ mod options;
 mod pool;
 mod recovery;
 mod slot;
+mod workspace;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -115,14 +116,19 @@ impl KernelManager {
     pub async fn start(mut opts: ManagerOptions) -> KernelManager {
         opts.kernel.record_dir = Some(opts.record_dir());
         let recovery = {
-            let (records, staging, age) = (
+            let (records, staging, age, workspaces) = (
                 opts.record_dir(),
                 opts.kernel.staging_root.clone(),
                 opts.stale_staging_age,
+                opts.workspace_root(),
             );
-            tokio::task::spawn_blocking(move || recovery::recover(&records, &staging, age))
-                .await
-                .unwrap_or_default()
+            tokio::task::spawn_blocking(move || {
+                let mut report = recovery::recover(&records, &staging, age);
+                report.pool_workspaces_removed = workspace::sweep_pool_dirs(&workspaces);
+                report
+            })
+            .await
+            .unwrap_or_default()
         };
         let shared = Arc::new(Shared {
             pool: pool::Pool::new(opts.warm_pool),
@@ -229,7 +235,7 @@ impl KernelManager {
         }
         // Cleared however this future ends (a caller may give up mid-spawn).
         let starting = Starting(slot);
-        let started = self.new_kernel(&slot.key.spec).await;
+        let started = self.new_kernel(&slot.key).await;
         drop(starting);
         let removed = {
             let mut meta = slot.meta();
@@ -249,23 +255,34 @@ impl KernelManager {
 
     async fn new_kernel(
         &self,
-        spec: &KernelSpec,
+        key: &KernelKey,
     ) -> Result<(Kernel, bool), crate::kernel::SpawnError> {
-        if spec.is_default_process() {
-            if let Some(k) = self.shared.pool.take() {
-                let hits = &self.shared.counters.pool_hits;
-                hits.fetch_add(1, Ordering::Relaxed);
-                return Ok((k, true));
+        let opts = &self.shared.opts;
+        let root = opts.workspace_root();
+        if key.spec.is_default_process() {
+            if let Some((k, ws)) = self.shared.pool.take(&root) {
+                // Under a managed sandbox the pooled kernel's workspace
+                // becomes the owner's, unless the owner already has files.
+                match ws {
+                    Some(dir) if !workspace::adopt(&root, &dir, &key.owner) => {
+                        self.shared.pool.put_back((k, Some(dir)));
+                    }
+                    _ => {
+                        let hits = &self.shared.counters.pool_hits;
+                        hits.fetch_add(1, Ordering::Relaxed);
+                        return Ok((k, true));
+                    }
+                }
             }
         }
-        let mut opts = self.shared.opts.kernel.clone();
-        if let Some(p) = &spec.python {
-            opts.python = Some(p.clone());
+        let mut kernel = opts.kernel_with_workspace(|| workspace::of_owner(&root, &key.owner));
+        if let Some(p) = &key.spec.python {
+            kernel.python = Some(p.clone());
         }
-        if let Some(c) = &spec.cwd {
-            opts.cwd = Some(c.clone());
+        if let Some(c) = &key.spec.cwd {
+            kernel.cwd = Some(c.clone());
         }
-        let k = Kernel::spawn(opts).await?;
+        let k = Kernel::spawn(kernel).await?;
         self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
         Ok((k, false))
     }
@@ -292,17 +309,29 @@ impl KernelManager {
     }
 
     /// Kill all kernels of `session` and of its delegated children (session
-    /// reset or close). Returns how many were killed.
+    /// reset or close), and remove their sandbox workspaces. Returns how
+    /// many kernels were killed.
     pub async fn dispose_owner(&self, session: &str) -> usize {
-        self.dispose_where(|owner| belongs_to_session(owner, session))
-            .await
+        let n = self
+            .dispose_where(|owner| belongs_to_session(owner, session))
+            .await;
+        self.remove_workspaces(session);
+        n
     }
 
     /// Kill only the kernels of `parent`'s delegated child `child` (and of
-    /// that child's own children).
+    /// that child's own children), and remove their workspaces.
     pub async fn dispose_child(&self, parent: &str, child: &str) -> Result<usize, OwnerError> {
         let owner = child_owner(parent, child)?;
-        Ok(self.dispose_where(|o| belongs_to_session(o, &owner)).await)
+        let n = self.dispose_where(|o| belongs_to_session(o, &owner)).await;
+        self.remove_workspaces(&owner);
+        Ok(n)
+    }
+
+    /// The workspaces of `owner` and its children (after its kernels died).
+    fn remove_workspaces(&self, owner: &str) {
+        let root = self.shared.opts.workspace_root();
+        workspace::remove(&root, &workspace::home(&root, owner));
     }
 
     async fn dispose_where(&self, pick: impl Fn(&str) -> bool) -> usize {
@@ -432,9 +461,15 @@ impl KernelManager {
                 .collect()
         };
         let mut all = victims;
-        all.extend(self.shared.pool.close());
+        let pooled = self.shared.pool.close();
+        let root = self.shared.opts.workspace_root();
+        let pool_dirs: Vec<_> = pooled.iter().filter_map(|(_, ws)| ws.clone()).collect();
+        all.extend(pooled.into_iter().map(|(k, _)| k));
         housekeeping::kill_all(all).await;
         self.shared.pool.settled().await;
+        for dir in pool_dirs {
+            workspace::remove(&root, &dir);
+        }
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::config::LifecycleConfig;
 use crate::kernel::KernelOptions;
+use crate::sandbox::{Sandbox, StrictSandbox};
 
 /// How the manager runs kernels. `ManagerOptions::new(data_dir)` gives the
 /// documented defaults.
@@ -86,6 +87,30 @@ impl ManagerOptions {
 
     pub(super) fn record_dir(&self) -> PathBuf {
         self.data_dir.join("live")
+    }
+
+    /// Where sandboxed sessions' workspaces live (`<data_dir>/workspaces`).
+    pub fn workspace_root(&self) -> PathBuf {
+        self.data_dir.join("workspaces")
+    }
+
+    /// The strict profile when the manager assigns workspaces (the
+    /// template names none: each owner gets its own).
+    fn managed_strict(&self) -> Option<&StrictSandbox> {
+        match &self.kernel.sandbox {
+            Sandbox::Strict(s) if s.workspace.is_none() => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The template with its sandbox workspace set to `dir` (when the
+    /// manager assigns workspaces; otherwise the template as is).
+    pub(super) fn kernel_with_workspace(&self, dir: impl FnOnce() -> PathBuf) -> KernelOptions {
+        let mut opts = self.kernel.clone();
+        if let Some(strict) = self.managed_strict() {
+            opts.sandbox = Sandbox::Strict(strict.clone().workspace(dir()));
+        }
+        opts
     }
 }
 

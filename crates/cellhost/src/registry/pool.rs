@@ -4,7 +4,9 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::Shared;
+use std::path::{Path, PathBuf};
+
+use super::{workspace, Shared};
 use crate::kernel::Kernel;
 
 pub(super) struct Pool {
@@ -15,9 +17,12 @@ pub(super) struct Pool {
     spawned: AtomicU64,
 }
 
+/// A pooled kernel and its own workspace (under a managed sandbox).
+pub(super) type Pooled = (Kernel, Option<PathBuf>);
+
 #[derive(Default)]
 struct Ready {
-    kernels: Vec<Kernel>,
+    kernels: Vec<Pooled>,
     closed: bool,
     /// Set when a spawn failed: the pool stops refilling rather than
     /// retry in a loop (owners still get kernels spawned on demand).
@@ -38,16 +43,25 @@ impl Pool {
         self.ready.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A pooled kernel whose process is alive, if any.
-    pub(super) fn take(&self) -> Option<Kernel> {
+    /// A pooled kernel whose process is alive, if any. Dead ones are
+    /// dropped (their actors clean up) and their workspaces removed.
+    pub(super) fn take(&self, workspaces: &Path) -> Option<Pooled> {
         let mut ready = self.ready();
-        while let Some(k) = ready.kernels.pop() {
+        while let Some((k, ws)) = ready.kernels.pop() {
             if k.pid().is_some_and(crate::kernel::pid_alive) {
-                return Some(k);
+                return Some((k, ws));
             }
-            // Died while pooled: drop it (its actor cleans up).
+            if let Some(dir) = ws {
+                workspace::remove(workspaces, &dir);
+            }
         }
         None
+    }
+
+    /// Return a kernel taken but not used (its workspace could not be
+    /// handed to the owner that asked).
+    pub(super) fn put_back(&self, pooled: Pooled) {
+        self.ready().kernels.push(pooled);
     }
 
     pub(super) fn len(&self) -> usize {
@@ -66,7 +80,7 @@ impl Pool {
     }
 
     /// Stop refilling and hand back the pooled kernels to kill.
-    pub(super) fn close(&self) -> Vec<Kernel> {
+    pub(super) fn close(&self) -> Vec<Pooled> {
         let mut ready = self.ready();
         ready.closed = true;
         std::mem::take(&mut ready.kernels)
@@ -87,9 +101,20 @@ pub(super) fn refill(shared: &Arc<Shared>) {
             pool.filling.fetch_add(1, Ordering::SeqCst);
         }
         let weak = Arc::downgrade(shared);
-        let opts = shared.opts.kernel.clone();
+        let root = shared.opts.workspace_root();
+        let mut ws = None;
+        let opts = shared.opts.kernel_with_workspace(|| {
+            let dir = workspace::pool_dir(&root);
+            ws = Some(dir.clone());
+            dir
+        });
         tokio::spawn(async move {
             let spawned = Kernel::spawn(opts).await;
+            if spawned.is_err() {
+                if let Some(dir) = &ws {
+                    workspace::remove(&root, dir);
+                }
+            }
             let Some(shared) = weak.upgrade() else {
                 if let Ok(k) = spawned {
                     k.shutdown().await;
@@ -102,7 +127,7 @@ pub(super) fn refill(shared: &Arc<Shared>) {
                 let leftover = match spawned {
                     Ok(k) if !ready.closed => {
                         pool.spawned.fetch_add(1, Ordering::Relaxed);
-                        ready.kernels.push(k);
+                        ready.kernels.push((k, ws.take()));
                         None
                     }
                     Ok(k) => Some(k),
@@ -121,6 +146,9 @@ pub(super) fn refill(shared: &Arc<Shared>) {
             // while it lives.
             if let Some(k) = leftover {
                 k.shutdown().await;
+                if let Some(dir) = &ws {
+                    workspace::remove(&root, dir);
+                }
                 pool.filling.fetch_sub(1, Ordering::SeqCst);
             }
         });

@@ -32,6 +32,8 @@ pub struct RecoveryReport {
     pub staging_dirs_removed: usize,
     /// Per-kernel cgroup dirs of dead hosts' kernels, emptied and removed.
     pub cgroups_removed: usize,
+    /// Workspaces of a previous host's pooled (never owned) kernels.
+    pub pool_workspaces_removed: usize,
 }
 
 pub(super) fn recover(records: &Path, staging_root: &Path, max_age: Duration) -> RecoveryReport {
