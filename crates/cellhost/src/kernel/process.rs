@@ -18,7 +18,12 @@ use super::{KernelOptions, SpawnError};
 use crate::sandbox::cgroup::KernelCgroup;
 use crate::sandbox::launch::{self, EnforcedLimits};
 
-const RUNNER_SOURCE: &str = include_str!("../runner/runner.py");
+/// The runner script: its parts joined (compile.py defines what runner.py
+/// calls), shipped as one file so a kernel reads and compiles one script.
+const RUNNER_SOURCE: &str = concat!(
+    include_str!("../runner/compile.py"),
+    include_str!("../runner/runner.py")
+);
 /// Rich outputs; runner.py reads it from its own dir at start.
 const DISPLAY_SOURCE: &str = include_str!("../runner/display.py");
 

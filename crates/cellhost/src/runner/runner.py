@@ -1,4 +1,5 @@
-# cellhost kernel runner. Stdlib only, Python >= 3.8.
+# cellhost kernel runner, part 2 of 2 (compile.py comes first in the
+# shipped script). Stdlib only, Python >= 3.8.
 #
 # The host starts this script with:
 #   fd 0  /dev/null            (input() fails fast)
@@ -7,9 +8,9 @@
 #   fd 3  control requests     (host -> runner, framed)
 #   fd 4  control replies      (runner -> host, framed)
 #   fd 5  death pipe           (EOF = the host is gone: kill our process group)
-#   argv  runner.py MAX_DISPLAY MAX_CELL_BYTES MAX_CELL_DISPLAYS (display caps)
 #
-# Arguments: --cpu-per-cell=N moves the soft RLIMIT_CPU to "CPU used so far
+# Arguments: --display=MAX_DISPLAY,MAX_CELL_BYTES,MAX_CELL_DISPLAYS (the
+# display caps). --cpu-per-cell=N moves the soft RLIMIT_CPU to "CPU used so far
 # + N (+1 for whole-second rounding)" at the start of every cell, so a cell
 # that burns more is killed by SIGXCPU (the host names the limit).
 # --chdir=DIR: the cell's working dir (in a sandbox, where bwrap cannot).
@@ -28,7 +29,6 @@
 
 import sys
 import os
-import _ast
 import _signal
 import _thread
 import builtins
@@ -38,7 +38,7 @@ CTRL_IN = 3
 CTRL_OUT = 4
 DEATH = 5
 MAX_VALUE = 1 << 20  # bytes of a value repr sent to the host
-# Display caps, from the host (argv); the host enforces them again.
+# Display caps, from the host (--display=); the host enforces them again.
 MAX_DISPLAY = 5 << 20
 MAX_CELL_BYTES = 20 << 20
 MAX_CELL_DISPLAYS = 1000
@@ -378,20 +378,6 @@ def _sync_linecache():
     _sources.clear()
 
 
-def _cap(text, limit):
-    data = text.encode("utf-8", "surrogateescape")
-    if len(data) <= limit:
-        return text
-    head = limit * 2 // 5
-    tail = limit - head
-    cut = len(data) - head - tail
-    return (
-        data[:head].decode("utf-8", "replace")
-        + "\n[... %d bytes of the value cut ...]\n" % cut
-        + data[-tail:].decode("utf-8", "replace")
-    )
-
-
 def _describe_error(etype, evalue, tb):
     import traceback
 
@@ -406,69 +392,6 @@ def _describe_error(etype, evalue, tb):
         lines = ["%s: <unprintable exception>\n" % etype.__name__]
         last = lines[0].strip()
     return last, _cap("".join(lines), MAX_VALUE)
-
-
-# First words of one-line statements that can never be an expression.
-_STATEMENT_WORDS = frozenset(
-    "import from del pass global nonlocal raise assert return break continue "
-    "for while if with try def class async".split()
-)
-_NOT_BEFORE_EQ = tuple("!<>=:+-*/%&|^@~")
-
-
-def _is_plain_assignment(line):
-    """`a = ...`, `a.b = ...` or `a, b = ...`: certainly not an expression."""
-    i = line.find("=")
-    if i <= 0 or line[i + 1 : i + 2] == "=":
-        return False
-    left = line[:i].rstrip()
-    if not left or left.endswith(_NOT_BEFORE_EQ):
-        return False
-    for target in left.split(","):
-        for part in target.strip().split("."):
-            if not part.isidentifier():
-                return False
-    return True
-
-
-def _compile_cell(code, filename):
-    """(statements, last_expression): code objects, either may be None.
-
-    The last expression statement's value is the cell's value, so it is
-    compiled apart. The common shape is cheap: when everything before the
-    last line compiles on its own and the last line starts at column 0, the
-    last line is a statement of its own, so it is compiled alone (as an
-    expression when it is one). Anything else (an indented or continued last
-    line, a last line that only makes sense with the lines above, like
-    `else:`) is split on the AST, which costs about twice as much.
-    """
-    text = code.rstrip()
-    cut = text.rfind("\n")
-    last = text[cut + 1 :] if cut >= 0 else text
-    if last and not last[0].isspace() and last[0] != "#" and ";" not in last:
-        try:
-            head = compile(text[:cut], filename, "exec") if cut >= 0 else None
-        except SyntaxError:
-            pass
-        else:
-            # Same line numbers as in the whole cell, for tracebacks.
-            tail = "\n" * text.count("\n", 0, cut + 1) + last if cut >= 0 else last
-            word = last.split(None, 1)[0]
-            try:
-                if word in _STATEMENT_WORDS or _is_plain_assignment(last):
-                    return head, None, compile(tail, filename, "exec")
-                try:
-                    return head, compile(tail, filename, "eval"), None
-                except SyntaxError:
-                    return head, None, compile(tail, filename, "exec")
-            except SyntaxError:
-                pass  # e.g. `else: ...`: only the whole cell tells
-    tree = compile(code, filename, "exec", _ast.PyCF_ONLY_AST)
-    body = tree.body
-    last = None
-    if body and type(body[-1]) is _ast.Expr:
-        last = compile(_ast.Expression(body.pop().value), filename, "eval")
-    return (compile(tree, filename, "exec") if body else None), last, None
 
 
 # The reply to most cells: a success without a value, encoded once.
