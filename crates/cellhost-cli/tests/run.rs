@@ -291,15 +291,7 @@ fn kernel_dies_with_its_host(busy_cell: &str) {
         .collect();
     std::thread::sleep(Duration::from_millis(200));
     assert!(pids.iter().all(|&p| pid_alive(p)));
-    host.kill().unwrap(); // SIGKILL: no cleanup code runs in the host
-    host.wait().unwrap();
-    let killed = Instant::now();
-    while pids.iter().any(|&p| pid_alive(p)) && killed.elapsed() < Duration::from_secs(1) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    for p in pids {
-        assert!(!pid_alive(p), "pid {p} outlived its host by a second");
-    }
+    sigkill_host_and_expect_gone(&mut host, &pids);
     remove_cgroups(v["kernel"]["id"].as_str().unwrap());
 }
 
@@ -341,16 +333,22 @@ fn a_sandboxed_kernel_dies_with_its_host_when_the_host_is_sigkilled() {
     }
     assert!(pids.len() >= 4, "bwrap, init, runner, sleep: {pids:?}");
     std::thread::sleep(Duration::from_millis(200));
+    sigkill_host_and_expect_gone(&mut host, &pids);
+    remove_cgroups(v["kernel"]["id"].as_str().unwrap());
+}
+
+/// SIGKILL the host (no cleanup code runs in it), then every one of
+/// `pids` must be gone within a second.
+fn sigkill_host_and_expect_gone(host: &mut std::process::Child, pids: &[u32]) {
     host.kill().unwrap();
     host.wait().unwrap();
     let killed = Instant::now();
     while pids.iter().any(|&p| pid_alive(p)) && killed.elapsed() < Duration::from_secs(1) {
         std::thread::sleep(Duration::from_millis(10));
     }
-    for p in pids {
+    for &p in pids {
         assert!(!pid_alive(p), "pid {p} outlived its host by a second");
     }
-    remove_cgroups(v["kernel"]["id"].as_str().unwrap());
 }
 
 fn parent(pid: u32) -> Option<u32> {

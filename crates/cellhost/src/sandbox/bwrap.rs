@@ -133,6 +133,10 @@ struct Args {
     out: Vec<OsString>,
     /// Paths that exist in the new root (mounted, or dirs we created).
     present: BTreeSet<PathBuf>,
+    /// Bind-mount targets: their whole host subtree is visible. (A tmpfs
+    /// such as /tmp, /dev, /proc, or a dir we created, exists but shows
+    /// nothing of the host below it.)
+    exposed: BTreeSet<PathBuf>,
 }
 
 impl Args {
@@ -148,9 +152,9 @@ impl Args {
         self.present.insert(p.to_path_buf());
     }
 
-    /// `dest` is already visible through a mount of it or an ancestor.
+    /// `dest` is already visible through a bind mount of it or an ancestor.
     fn covered(&self, dest: &Path) -> bool {
-        dest.ancestors().any(|a| self.present.contains(a))
+        dest.ancestors().any(|a| self.exposed.contains(a))
     }
 
     /// A bind mount, with its missing ancestors created 0755 first (bwrap
@@ -171,6 +175,7 @@ impl Args {
         self.push(src);
         self.push(dest);
         self.mark(dest);
+        self.exposed.insert(dest.to_path_buf());
     }
 }
 
@@ -193,11 +198,12 @@ mod tests {
     use super::*;
 
     fn plan_args(network: bool, root: bool) -> Vec<String> {
+        plan_args_with(network, root, &["/usr", "/root/.pyenv/versions/3.11.7"])
+    }
+
+    fn plan_args_with(network: bool, root: bool, prefixes: &[&str]) -> Vec<String> {
         let strict = StrictSandbox::default().network(network);
-        let prefixes = vec![
-            PathBuf::from("/usr"),
-            PathBuf::from("/root/.pyenv/versions/3.11.7"),
-        ];
+        let prefixes: Vec<PathBuf> = prefixes.iter().map(PathBuf::from).collect();
         let setpriv = PathBuf::from("/usr/bin/setpriv");
         let plan = Plan {
             strict: &strict,
@@ -258,5 +264,19 @@ mod tests {
         ));
         assert!(has(&a, &["--bind", "/tmp/x/ws", WORKSPACE_IN_SANDBOX]));
         assert!(has(&a, &["--tmpfs", "/tmp"]));
+    }
+
+    #[test]
+    fn a_prefix_under_tmp_is_bound_over_the_private_tmp() {
+        // A venv in a checkout under /tmp: the private /tmp hides the host's,
+        // so the prefix is bound after it, not taken as already visible.
+        let dir = tempfile::tempdir().unwrap();
+        let venv = dir.path().join("venv");
+        std::fs::create_dir(&venv).unwrap();
+        let venv = venv.to_str().unwrap();
+        let a = plan_args_with(false, true, &["/usr", venv]);
+        let tmpfs = a.windows(2).position(|w| w == ["--tmpfs", "/tmp"]).unwrap();
+        let bind = a.windows(3).position(|w| w == ["--ro-bind", venv, venv]);
+        assert!(bind.is_some_and(|b| b > tmpfs), "{a:?}");
     }
 }
