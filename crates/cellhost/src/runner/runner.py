@@ -519,6 +519,11 @@ def _parse_args():
 
 def main():
     _parse_args()
+    if _cpu_per_cell:
+        # Import `resource` (a shared library) and set the limit now, at
+        # start, rather than in the first cell: a new session's first cell
+        # (often a pooled kernel's) should cost what a warm one does.
+        _limit_cpu()
     for fd in (CTRL_IN, CTRL_OUT, DEATH):
         os.set_inheritable(fd, False)
     _setup_display()
