@@ -211,3 +211,92 @@ async fn a_pooled_kernel_that_died_is_never_handed_out() {
     assert_ne!(r.kernel.pid, Some(dead));
     m.manager.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_cell_whose_caller_gave_up_still_counts_as_running() {
+    let m = manager_with(|o| o.max_kernels(1)).await;
+    m.run("a", "x = 1").await;
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        m.manager
+            .execute("a", Cell::new("import time; time.sleep(1.5); y = 2")),
+    )
+    .await;
+    assert!(gave_up.is_err());
+    m.run("b", "1").await; // over the cap, but a's cell still runs
+    assert_eq!(m.manager.stats().evictions, 0, "a running cell was evicted");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let r = m.run("a", "x + y").await;
+    assert_eq!(r.value.as_deref(), Some("3"), "{r:?}");
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_news_of_an_eviction_waits_for_a_call_that_hears_it() {
+    let m = manager_with(|o| o.max_kernels(1)).await;
+    m.run("a", "x = 1").await;
+    m.run("b", "1").await; // evicts a
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        m.manager
+            .execute("a", Cell::new("import time; time.sleep(1)")),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the caller gave up before its result");
+    let r = m.run("a", "x").await;
+    assert!(r.kernel.state_lost, "{:?}", r.kernel);
+    assert!(r.kernel.note.unwrap().contains("evicted"));
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn the_pool_refills_after_its_kernels_died() {
+    let m = manager_with(|o| o.warm_pool(1)).await;
+    assert!(eventually(Duration::from_secs(10), || m.manager.pooled() == 1).await);
+    let pooled = m.runner_pids()[0];
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pooled as i32),
+        nix::sys::signal::SIGKILL,
+    )
+    .unwrap();
+    assert!(common::wait_gone(pooled, Duration::from_secs(5)));
+    m.run("a", "1").await; // a miss: spawned on demand
+    assert!(
+        eventually(Duration::from_secs(10), || m.manager.pooled() == 1).await,
+        "the pool refilled after the miss"
+    );
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_waits_for_kills_that_housekeeping_began() {
+    let m = Arc::new(
+        manager_with(|o| {
+            o.idle_timeout(Some(Duration::from_millis(200)))
+                .reap_interval(Duration::from_secs(3600))
+        })
+        .await,
+    );
+    // Ignoring SIGTERM makes its teardown take the whole grace period.
+    let pid = m
+        .run(
+            "a",
+            "import os, signal; signal.signal(signal.SIGTERM, signal.SIG_IGN); os.getpid()",
+        )
+        .await
+        .kernel
+        .pid
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let reaping = {
+        let m = m.clone();
+        tokio::spawn(async move { m.manager.housekeep().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    m.manager.shutdown().await;
+    assert!(
+        !pid_alive(pid),
+        "shutdown returned while the reaped kernel lived"
+    );
+    reaping.await.unwrap();
+}

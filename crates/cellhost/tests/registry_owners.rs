@@ -285,3 +285,47 @@ async fn a_caller_that_gives_up_never_wedges_its_kernel() {
     );
     m.manager.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_kernel_that_cannot_start_leaves_no_entry_behind() {
+    let m = plain().await;
+    for i in 0..3 {
+        let spec = KernelSpec::default().python(format!("/nonexistent/py{i}"));
+        let err = m
+            .manager
+            .execute_with("p", &spec, Cell::new("1"))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("nonexistent"), "{err}");
+    }
+    assert!(m.manager.list().is_empty(), "{:?}", m.manager.list());
+    assert_eq!(m.run("p", "1").await.value.as_deref(), Some("1"));
+    m.manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_a_kernel_still_starting() {
+    let m = Arc::new(plain().await);
+    // A slow interpreter: a shim that takes a second before Python runs.
+    let shim = m.dir.path().join("slow-python");
+    std::fs::write(&shim, "#!/bin/sh\nsleep 1\nexec /usr/bin/python3 \"$@\"\n").unwrap();
+    let mut perms = std::fs::metadata(&shim).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut perms, 0o755);
+    std::fs::set_permissions(&shim, perms).unwrap();
+    let starting = {
+        let m = m.clone();
+        let spec = KernelSpec::default().python(&shim);
+        tokio::spawn(async move { m.manager.execute_with("p", &spec, Cell::new("1")).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    m.manager.shutdown().await;
+    assert!(
+        m.runner_pids().is_empty(),
+        "a kernel outlived shutdown: {:?}",
+        m.runner_pids()
+    );
+    let r = starting.await.unwrap();
+    assert!(matches!(r, Err(ManagerError::ShutDown)), "{r:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(m.runner_pids().is_empty());
+}

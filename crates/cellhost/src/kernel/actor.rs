@@ -174,13 +174,20 @@ impl Actor {
                     }
                     None => { self.teardown().await; return; }
                 },
-                () = self.idle_io() => {}
+                why = self.idle_io() => {
+                    if let Some(why) = why {
+                        self.vacate(why).await;
+                    }
+                }
             }
         }
     }
 
     /// Between cells: keep the pipes drained and notice a death.
-    async fn idle_io(&mut self) {
+    /// Returns why the process must go, if it must: the caller vacates
+    /// outside the `select!`, so a request arriving meanwhile can never
+    /// cut a teardown short.
+    async fn idle_io(&mut self) -> Option<Vacancy> {
         let Slot::Live(proc) = &mut self.slot else {
             return std::future::pending().await;
         };
@@ -188,9 +195,11 @@ impl Actor {
         tokio::select! {
             r = proc.stdout.readable(), if !s.out_eof => {
                 if r.is_err() || pump(&proc.stdout, &mut self.buf, &mut s.out) { s.out_eof = true; }
+                None
             }
             r = proc.stderr.readable(), if !s.err_eof => {
                 if r.is_err() || pump(&proc.stderr, &mut self.buf, &mut s.err) { s.err_eof = true; }
+                None
             }
             r = proc.ctrl_rx.readable(), if !s.ctrl_eof => {
                 // Between cells the runner sends only displays (from
@@ -200,7 +209,7 @@ impl Actor {
                 // EOF means it is going away.
                 if r.is_err() {
                     s.ctrl_eof = true;
-                    return;
+                    return None;
                 }
                 let mut broken = None;
                 for _ in 0..16 {
@@ -220,14 +229,12 @@ impl Actor {
                     }
                     break;
                 }
-                if let Some(detail) = broken {
-                    self.vacate(Vacancy::BrokeIdle(detail)).await;
-                }
+                broken.map(Vacancy::BrokeIdle)
             }
             status = proc.child.wait() => {
                 let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
                 proc.exited = Some(exit);
-                self.vacate(Vacancy::DiedIdle(exit)).await;
+                Some(Vacancy::DiedIdle(exit))
             }
         }
     }

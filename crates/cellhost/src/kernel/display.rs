@@ -178,14 +178,14 @@ impl Displays {
         if count == 0 {
             return;
         }
-        self.dropped += count;
+        self.dropped = self.dropped.saturating_add(count);
         if self.first_reason.is_none() {
             self.first_reason = reason;
         }
     }
 
     fn drop_one(&mut self, reason: String) {
-        self.dropped += 1;
+        self.dropped = self.dropped.saturating_add(1);
         if self.first_reason.is_none() {
             self.first_reason = Some(reason);
         }

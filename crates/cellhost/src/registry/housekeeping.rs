@@ -10,12 +10,12 @@ use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use super::key::{is_child, KernelKey};
-use super::slot::{Slot, Tombstone};
+use super::slot::{Meta, Slot, Tombstone};
 use super::{Shared, State};
 use crate::kernel::Kernel;
 
-/// Tombstones kept at most; the oldest are forgotten first (their owners
-/// then get a fresh kernel without the explanation).
+/// Tombstones kept at most; past it an arbitrary one is forgotten (its
+/// owner then gets a fresh kernel without the explanation).
 const MAX_TOMBSTONES: usize = 10_000;
 
 /// Remember why `key`'s kernel went away, for its next call.
@@ -61,8 +61,7 @@ pub(super) async fn run(shared: &Shared) {
                 .iter()
                 .filter(|(k, s)| {
                     let m = s.meta();
-                    m.kernel.is_some()
-                        && m.in_flight == 0
+                    idle_kernel(&m)
                         && !state.attached.contains_key(&k.owner)
                         && now.duration_since(m.last_used) >= idle
                 })
@@ -85,10 +84,7 @@ pub(super) async fn run(shared: &Shared) {
             let mut candidates: Vec<(Instant, KernelKey)> = state
                 .slots
                 .iter()
-                .filter(|(k, s)| {
-                    let m = s.meta();
-                    m.kernel.is_some() && m.in_flight == 0 && !is_child(&k.owner)
-                })
+                .filter(|(k, s)| idle_kernel(&s.meta()) && !is_child(&k.owner))
                 .map(|(k, s)| (s.meta().last_used, k.clone()))
                 .collect();
             candidates.sort();
@@ -99,6 +95,9 @@ pub(super) async fn run(shared: &Shared) {
                 let max_kernels = opts.max_kernels;
                 remember(&mut state, k, Tombstone::Evicted { max_kernels });
             }
+        }
+        if !reaped.is_empty() || !evicted.is_empty() {
+            state.killing += 1;
         }
         (reaped, evicted)
     };
@@ -112,6 +111,20 @@ pub(super) async fn run(shared: &Shared) {
     let mut all = reaped;
     all.extend(evicted);
     kill_all(all).await;
+    shared.state().killing -= 1;
+}
+
+/// A started kernel with no call in flight and no cell running (a caller
+/// that gave up leaves its cell running: that kernel is busy).
+fn idle_kernel(m: &Meta) -> bool {
+    m.in_flight == 0 && m.kernel.as_ref().is_some_and(|k| !k.is_busy())
+}
+
+/// Wait until no housekeeping or disposal kill is under way.
+pub(super) async fn settled(shared: &Shared) {
+    while shared.state().killing > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
 }
 
 /// The background pass: every reap interval, independent of traffic. It
@@ -133,6 +146,7 @@ pub(super) fn start_reaper(shared: &Arc<Shared>) {
                 return;
             }
             run(&shared).await;
+            super::pool::refill(&shared);
         }
     });
 }

@@ -78,6 +78,9 @@ struct State {
     tombstones: HashMap<KernelKey, Tombstone>,
     /// Attachments per owner: attached owners are never reaped.
     attached: HashMap<String, usize>,
+    /// Kills under way outside the lock (housekeeping, disposals), so
+    /// `shutdown` can wait for them.
+    killing: usize,
     closed: bool,
 }
 
@@ -182,22 +185,55 @@ impl KernelManager {
             if slot.meta().removed {
                 continue; // disposed or evicted while we queued: start over
             }
-            let (kernel, from_pool) = match self.kernel_of(&slot).await? {
-                Some(k) => k,
-                None => continue,
+            let (kernel, refill) = match self.kernel_of(&slot).await {
+                Ok(Some(k)) => k,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.forget_unstarted(&slot);
+                    return Err(e);
+                }
             };
-            let tombstone = slot.meta().tombstone.take();
+            let mut untold = Untold {
+                slot: &slot,
+                tombstone: slot.meta().tombstone.take(),
+            };
             let result = kernel.execute(cell).await;
-            if from_pool {
+            if refill {
                 // Refill only now: a spawn started during the cell would
                 // compete with it for the runtime and the CPU.
                 pool::refill(&self.shared);
             }
             let mut result = result?;
-            if let Some(t) = tombstone {
+            if let Some(t) = untold.tombstone.take() {
                 t.tell(&mut result);
             }
             return Ok(result);
+        }
+    }
+
+    /// After a failed start: drop the entry if no one else uses it, so a
+    /// bad interpreter or cwd leaves nothing behind (its tombstone stays
+    /// for the owner's next call).
+    fn forget_unstarted(&self, slot: &Arc<Slot>) {
+        let mut state = self.shared.state();
+        if !state
+            .slots
+            .get(&slot.key)
+            .is_some_and(|s| Arc::ptr_eq(s, slot))
+        {
+            return;
+        }
+        let tombstone = {
+            let mut meta = slot.meta();
+            if meta.kernel.is_some() || meta.starting || meta.in_flight > 1 {
+                return;
+            }
+            meta.removed = true;
+            meta.tombstone.take()
+        };
+        state.slots.remove(&slot.key);
+        if let Some(t) = tombstone {
+            housekeeping::remember(&mut state, slot.key.clone(), t);
         }
     }
 
@@ -223,8 +259,9 @@ impl KernelManager {
         Ok(slot)
     }
 
-    /// The entry's kernel, started (or taken from the pool: then `true`)
-    /// under its turn lock. `None` when the entry was removed meanwhile.
+    /// The entry's kernel, started (or taken from the pool) under its turn
+    /// lock, and whether the pool wants a refill after the cell. `None`
+    /// when the entry was removed meanwhile.
     async fn kernel_of(&self, slot: &Slot) -> Result<Option<(Kernel, bool)>, ManagerError> {
         {
             let mut meta = slot.meta();
@@ -245,12 +282,15 @@ impl KernelManager {
             }
             meta.removed
         };
-        let (kernel, from_pool) = started.map_err(KernelError::from)?;
+        let (kernel, refill) = started.map_err(KernelError::from)?;
         if removed {
             kernel.shutdown().await;
+            if refill {
+                pool::refill(&self.shared);
+            }
             return Ok(None);
         }
-        Ok(Some((kernel, from_pool)))
+        Ok(Some((kernel, refill)))
     }
 
     async fn new_kernel(
@@ -259,7 +299,11 @@ impl KernelManager {
     ) -> Result<(Kernel, bool), crate::kernel::SpawnError> {
         let opts = &self.shared.opts;
         let root = opts.workspace_root();
-        if key.spec.is_default_process() {
+        // A miss (an empty pool, or dead pooled kernels) asks for a refill
+        // too: refills otherwise follow only pool hits.
+        let mut refill = false;
+        if key.spec.is_default_process() && self.shared.pool.target() > 0 {
+            refill = true;
             if let Some((k, ws)) = self.shared.pool.take(&root) {
                 // Under a managed sandbox the pooled kernel's workspace
                 // becomes the owner's, unless the owner already has files.
@@ -284,7 +328,7 @@ impl KernelManager {
         }
         let k = Kernel::spawn(kernel).await?;
         self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
-        Ok((k, false))
+        Ok((k, refill))
     }
 
     /// Interrupt the running cell of each of `owner`'s kernels (not its
@@ -343,6 +387,7 @@ impl KernelManager {
                 .filter(|k| pick(&k.owner))
                 .cloned()
                 .collect();
+            state.killing += 1;
             // Whatever an owner's next call would have been told (its
             // kernel was evicted, say), it is now told the session was
             // reset: that is what its caller asked for.
@@ -367,6 +412,7 @@ impl KernelManager {
             .disposals
             .fetch_add(n as u64, Ordering::Relaxed);
         housekeeping::kill_all(victims).await;
+        self.shared.state().killing -= 1;
         n
     }
 
@@ -451,24 +497,45 @@ impl KernelManager {
     /// Kill every kernel (owned and pooled) and wait until all are gone.
     /// Later calls fail with [`ManagerError::ShutDown`]. Idempotent.
     pub async fn shutdown(&self) {
-        let victims: Vec<Kernel> = {
+        let drained: Vec<Arc<Slot>> = {
             let mut state = self.shared.state();
             state.closed = true;
-            state
-                .slots
-                .drain()
-                .filter_map(|(_, slot)| housekeeping::mark_removed(&slot))
-                .collect()
+            state.slots.drain().map(|(_, slot)| slot).collect()
         };
-        let mut all = victims;
+        let mut all: Vec<Kernel> = drained
+            .iter()
+            .filter_map(|slot| housekeeping::mark_removed(slot))
+            .collect();
         let pooled = self.shared.pool.close();
         let root = self.shared.opts.workspace_root();
         let pool_dirs: Vec<_> = pooled.iter().filter_map(|(_, ws)| ws.clone()).collect();
         all.extend(pooled.into_iter().map(|(k, _)| k));
         housekeeping::kill_all(all).await;
+        // A caller still starting a kernel holds its entry's turn until it
+        // has killed what it started; kills begun by housekeeping or a
+        // disposal just before are waited for too.
+        for slot in &drained {
+            drop(slot.turn.lock().await);
+        }
+        housekeeping::settled(&self.shared).await;
         self.shared.pool.settled().await;
         for dir in pool_dirs {
             workspace::remove(&root, &dir);
+        }
+    }
+}
+
+/// Holds a tombstone until the result that tells it is in hand; a call
+/// that fails or is dropped first puts it back for the next one.
+struct Untold<'a> {
+    slot: &'a Slot,
+    tombstone: Option<Tombstone>,
+}
+
+impl Drop for Untold<'_> {
+    fn drop(&mut self) {
+        if let Some(t) = self.tombstone.take() {
+            self.slot.meta().tombstone.get_or_insert(t);
         }
     }
 }

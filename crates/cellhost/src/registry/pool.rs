@@ -64,6 +64,10 @@ impl Pool {
         self.ready().kernels.push(pooled);
     }
 
+    pub(super) fn target(&self) -> usize {
+        self.target
+    }
+
     pub(super) fn len(&self) -> usize {
         self.ready().kernels.len()
     }
