@@ -333,3 +333,59 @@ async fn a_socket_in_the_staging_dir_is_reachable_by_its_kernel_only() {
     );
     assert_blocked(&a, &code).await;
 }
+
+#[tokio::test]
+async fn an_fd_the_host_inherited_never_reaches_the_kernel() {
+    // A host started from a shell that left `/` open without CLOEXEC
+    // (`exec 77</`): the kernel must not get it, or it could fchdir out.
+    let root = std::fs::File::open("/").unwrap();
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&root);
+    // SAFETY: dup2 onto an fd number this test owns; no CLOEXEC on the copy.
+    assert_eq!(unsafe { libc::dup2(fd, 77) }, 77);
+    let k = strict_kernel().await;
+    let r = k
+        .run("import os\ntry:\n    os.fstat(77)\n    leaked = True\nexcept OSError:\n    leaked = False\nleaked")
+        .await;
+    assert_eq!(r.value.as_deref(), Some("False"), "{r:?}");
+    // Every fd left is stdio or a pipe of ours (the runner keeps copies
+    // of fds 1 and 2); none names a file or directory of the host.
+    let fds = k
+        .run("links = []\nfor f in os.listdir('/proc/self/fd'):\n    try:\n        links.append(os.readlink('/proc/self/fd/' + f))\n    except OSError:\n        pass  # the listing's own fd\nsorted(set(l.split(':')[0] for l in links))")
+        .await;
+    assert_eq!(
+        fds.value.as_deref(),
+        Some("['/dev/null', 'pipe']"),
+        "{fds:?}"
+    );
+    // SAFETY: closing the fd this test opened.
+    unsafe { libc::close(77) };
+}
+
+#[tokio::test]
+async fn an_interpreter_linked_from_a_private_dir_shows_the_link_not_the_dir() {
+    require_bwrap();
+    // `~/bin/python -> /usr/bin/python3` next to a secret: the sandbox
+    // needs the link, never the directory around it.
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    std::fs::write(bin.join(".env"), "API_KEY=sk-secret\n").unwrap();
+    let python = bin.join("python");
+    std::os::unix::fs::symlink("/usr/bin/python3", &python).unwrap();
+    let opts = options(&dir)
+        .python(&python)
+        .sandbox(cellhost::Sandbox::Strict(StrictSandbox::default()));
+    let k = kernel_with(opts, dir).await;
+    let r = k.run("import sys; sys.version_info[0]").await;
+    assert_eq!(r.value.as_deref(), Some("3"), "the kernel runs: {r:?}");
+    let bin = bin.to_str().unwrap();
+    assert_blocked(
+        &k,
+        &(attempt("read the secret", &format!("open('{bin}/.env').read()"))
+            + &attempt(
+                "list the dir",
+                &format!("import os; assert os.listdir('{bin}') != ['python']"),
+            )),
+    )
+    .await;
+}

@@ -261,3 +261,77 @@ fn a_kernel_dropped_with_its_runtime_leaves_no_cgroup_behind() {
         .collect();
     assert!(leftovers.is_empty(), "cgroups left behind: {leftovers:?}");
 }
+
+/// With rlimits only, EAGAIN is the process limit only where a fork was
+/// refused; a non-blocking read that would block is not a breach.
+#[tokio::test]
+async fn eagain_is_blamed_on_the_process_limit_only_for_a_fork() {
+    let limits = ResourceLimits::default()
+        .max_processes(Some(32))
+        .cgroups(false);
+    let k = strict_with(limits).await;
+    let r = k
+        .run("import os\nr, w = os.pipe()\nos.set_blocking(r, False)\nos.read(r, 1)")
+        .await;
+    let err = r.error.clone().unwrap();
+    assert!(err.starts_with("BlockingIOError"), "{err}");
+    assert!(
+        !err.contains("process limit"),
+        "a read is not a fork: {err}"
+    );
+    let r = k
+        .run_cell(
+            Cell::new("import time\nwhile True:\n    if os.fork() == 0:\n        time.sleep(30)\n        os._exit(0)")
+                .timeout(Duration::from_secs(20)),
+        )
+        .await;
+    let err = r.error.clone().unwrap();
+    assert!(err.contains("process limit 32 exceeded"), "{err}");
+    k.kernel.shutdown().await;
+}
+
+/// The private /tmp is memory (a tmpfs) that RLIMIT_AS does not count:
+/// it is capped at the memory limit, so it is no way around it.
+#[tokio::test]
+async fn the_private_tmp_cannot_outgrow_the_memory_limit() {
+    let limits = ResourceLimits::default()
+        .memory_bytes(Some(128 * MIB))
+        .cgroups(false);
+    let k = strict_with(limits).await;
+    let r = k
+        .run("chunk = b'x' * 2**20\nwith open('/tmp/big', 'wb') as f:\n    for _ in range(300):\n        f.write(chunk)")
+        .await;
+    assert_eq!(r.status, Status::Error, "300 MiB fit in /tmp: {r:?}");
+    assert!(
+        r.error.unwrap().contains("No space left"),
+        "{:?}",
+        r.traceback
+    );
+    k.kernel.shutdown().await;
+}
+
+/// A child OOM-killed in one cell is that cell's story: a later SIGKILL
+/// of the kernel is not blamed on the memory limit.
+#[tokio::test]
+async fn an_old_oom_kill_is_not_blamed_for_a_later_death() {
+    let k = strict_with(ResourceLimits::default().memory_bytes(Some(128 * MIB))).await;
+    let r = k
+        .run("import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'b = bytearray(400 * 2**20)']).returncode")
+        .await;
+    assert_eq!(
+        r.value.as_deref(),
+        Some("-9"),
+        "the child was OOM-killed: {r:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await; // the kernel sits idle
+    let r = k
+        .run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+        .await;
+    assert!(r.kernel.state_lost, "{r:?}");
+    let err = r.error.unwrap_or_default();
+    assert!(
+        !err.contains("memory limit"),
+        "blamed on an old OOM kill: {err}"
+    );
+    k.kernel.shutdown().await;
+}

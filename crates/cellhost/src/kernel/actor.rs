@@ -49,12 +49,19 @@ pub(crate) struct Actor {
     spill_tag: String,
     /// The next cell is the first one of this kernel handle.
     first: bool,
+    /// The cgroup counters (OOM kills, refused forks) may have moved
+    /// since last read: refreshed once the kernel sits idle, so a child
+    /// OOM-killed in one cell is never blamed for a later SIGKILL.
+    counters_stale: bool,
     /// The strict sandbox's workspace, shared by every process of this
     /// handle; `owned`: we made it, so it goes at shutdown.
     workspace: Option<PathBuf>,
     owned_workspace: bool,
     buf: Vec<u8>,
 }
+
+/// How long a kernel sits idle before its cgroup counters are re-read.
+const COUNTER_REFRESH_IDLE: std::time::Duration = std::time::Duration::from_millis(5);
 
 impl Actor {
     pub(crate) async fn start(
@@ -113,6 +120,7 @@ impl Actor {
             spill_seq: 0,
             spill_tag: format!("raw-{}", super::process::random_hex(6)),
             first: true,
+            counters_stale: false,
             workspace,
             owned_workspace,
             buf: vec![0; READ_CHUNK],
@@ -164,6 +172,7 @@ impl Actor {
                     Some(Request::Execute(cell, tx)) => {
                         self.observed.busy.store(true, Ordering::Relaxed);
                         let (result, shutdown) = self.execute(cell, &mut control).await;
+                        self.counters_stale = true;
                         self.observed.busy.store(false, Ordering::Relaxed);
                         let _ = tx.send(result);
                         if let Some(done) = shutdown {
@@ -179,11 +188,25 @@ impl Actor {
                         self.vacate(why).await;
                     }
                 }
+                // After the idle I/O: a cell arriving at once goes first,
+                // and the ~85 µs read is paid only when nothing waits.
+                () = tokio::time::sleep(COUNTER_REFRESH_IDLE), if self.counters_stale => {
+                    self.refresh_counters();
+                }
             }
         }
     }
 
     /// Between cells: keep the pipes drained and notice a death.
+    fn refresh_counters(&mut self) {
+        self.counters_stale = false;
+        if let Slot::Live(proc) = &mut self.slot {
+            if let Some(cg) = &proc.cgroup {
+                proc.counters = (cg.oom_kills(), cg.pids_max_hits());
+            }
+        }
+    }
+
     /// Returns why the process must go, if it must: the caller vacates
     /// outside the `select!`, so a request arriving meanwhile can never
     /// cut a teardown short.

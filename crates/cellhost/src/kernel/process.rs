@@ -18,10 +18,12 @@ use super::{KernelOptions, SpawnError};
 use crate::sandbox::cgroup::KernelCgroup;
 use crate::sandbox::launch::{self, EnforcedLimits};
 
-/// The runner script: its parts joined (compile.py defines what runner.py
-/// calls), shipped as one file so a kernel reads and compiles one script.
+/// The runner script: its parts joined (compile.py and limits.py define
+/// what runner.py calls), shipped as one file so a kernel reads and
+/// compiles one script.
 const RUNNER_SOURCE: &str = concat!(
     include_str!("../runner/compile.py"),
+    include_str!("../runner/limits.py"),
     include_str!("../runner/runner.py")
 );
 /// Rich outputs; runner.py reads it from its own dir at start.
@@ -374,7 +376,11 @@ impl Process {
                     self.exited = Some(exit);
                     let tail = String::from_utf8_lossy(&stderr_tail);
                     let tail = tail.trim();
-                    let tail = &tail[tail.len().saturating_sub(2000)..].trim_start_matches(|c: char| !c.is_ascii());
+                    let mut start = tail.len().saturating_sub(2000);
+                    while !tail.is_char_boundary(start) {
+                        start += 1;
+                    }
+                    let tail = &tail[start..];
                     return Err(SpawnError::DiedAtStart { exit: exit.describe(), stderr_tail: tail.to_string() });
                 }
             }

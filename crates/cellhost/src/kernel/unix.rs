@@ -36,8 +36,50 @@ pub(crate) fn child_setup(fds: &[(RawFd, RawFd)]) -> io::Result<()> {
                 return Err(io::Error::last_os_error());
             }
         }
+        // Nothing else crosses exec: an fd the host inherited without
+        // CLOEXEC (a shell's `exec 9</`) would hand a sandboxed kernel the
+        // host's filesystem. CLOEXEC rather than close, so fds still needed
+        // until exec (Landlock's ruleset) stay usable.
+        let first = fds.iter().map(|(_, dst)| *dst).max().unwrap_or(2) + 1;
+        cloexec_from(first);
     }
     Ok(())
+}
+
+/// Mark every fd >= `first` close-on-exec (async-signal-safe).
+///
+/// # Safety
+/// Only in a forked child before exec.
+unsafe fn cloexec_from(first: RawFd) {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: close_range only changes fd flags of this process.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            CLOSE_RANGE_CLOEXEC,
+        )
+    } == 0;
+    if done {
+        return;
+    }
+    // Kernels before 5.11: flag each possible fd up to the soft limit.
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into `lim`; fcntl on a closed fd fails harmlessly.
+    unsafe {
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+            lim.rlim_cur.min(1 << 20) as RawFd
+        } else {
+            4096
+        };
+        for fd in first..max {
+            libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+        }
+    }
 }
 
 /// Send `sig` to every process in group `pgid`. A group that is already

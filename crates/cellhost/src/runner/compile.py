@@ -1,6 +1,6 @@
-# cellhost kernel runner, part 1 of 2: splitting a cell into its statements
+# cellhost kernel runner, part 1 of 3: splitting a cell into its statements
 # and its last expression, and capping text. The host ships this file and
-# runner.py joined into one script (this part first): see RUNNER_SOURCE in
+# limits.py and runner.py joined into one script (this part first): see RUNNER_SOURCE in
 # kernel/process.rs. Stdlib only, Python >= 3.8; builtin imports only.
 
 import _ast

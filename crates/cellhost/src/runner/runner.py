@@ -1,5 +1,5 @@
-# cellhost kernel runner, part 2 of 2 (compile.py comes first in the
-# shipped script). Stdlib only, Python >= 3.8.
+# cellhost kernel runner, part 3 of 3 (compile.py and limits.py come first
+# in the shipped script). Stdlib only, Python >= 3.8.
 #
 # The host starts this script with:
 #   fd 0  /dev/null            (input() fails fast)
@@ -174,41 +174,6 @@ def _watch_death():
         os.killpg(0, 9)
     finally:
         os._exit(1)
-
-
-def _limit_cpu():
-    # At the start of every cell: soft RLIMIT_CPU = CPU used so far + the
-    # per-cell allowance. process_time() is the same clock RLIMIT_CPU
-    # counts and far cheaper than getrusage(); setrlimit runs only when
-    # the whole-second value moves, so a warm trivial cell pays ~1 us.
-    global _cpu_hard, _cpu_soft, _resource
-    soft = int(_process_time()) + 1 + _cpu_per_cell
-    if soft == _cpu_soft:
-        return
-    if _resource is None:
-        import resource as _resource
-
-        _cpu_hard = _resource.getrlimit(_resource.RLIMIT_CPU)[1]
-    if _cpu_hard != _resource.RLIM_INFINITY:
-        soft = min(soft, _cpu_hard)
-    _resource.setrlimit(_resource.RLIMIT_CPU, (soft, _cpu_hard))
-    _cpu_soft = soft
-
-
-def _breach_of(e):
-    # Exceptions that mean a resource limit was hit; the host decides
-    # whether the limit is one of ours and names it.
-    if isinstance(e, MemoryError):
-        return "memory"
-    if isinstance(e, OSError):
-        err = e.errno
-        if err == 27:  # EFBIG
-            return "file_size"
-        if err == 24:  # EMFILE
-            return "open_files"
-        if err == 11:  # EAGAIN, e.g. fork() refused
-            return "processes"
-    return None
 
 
 def _on_sigint(signum, frame):

@@ -41,6 +41,9 @@ pub(crate) struct Plan<'a> {
     pub block_fd: Option<i32>,
     /// The command run inside: interpreter, script, arguments.
     pub command: Vec<OsString>,
+    /// Size cap of the private /tmp (a tmpfs: its pages are memory that
+    /// RLIMIT_AS does not count): the kernel's memory limit.
+    pub tmp_bytes: Option<u64>,
 }
 
 /// The bwrap arguments (without the program name).
@@ -90,15 +93,30 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
             _ => {}
         }
     }
-    a.flags(&[
-        "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
-    ]);
+    a.flags(&["--dev", "/dev", "--proc", "/proc"]);
+    if let Some(bytes) = p.tmp_bytes {
+        a.push("--size");
+        a.push(bytes.to_string());
+    }
+    a.flags(&["--perms", "1777", "--tmpfs", "/tmp"]);
     a.mark(Path::new("/dev"));
     a.mark(Path::new("/proc"));
     a.mark(Path::new("/tmp"));
     for dir in p.prefixes.iter().chain(&p.strict.ro_binds) {
         if !a.covered(dir) && dir.exists() {
             a.bind("--ro-bind", dir, dir);
+        }
+    }
+    // The interpreter path itself, when no prefix shows it (a symlink in
+    // a bin dir of the home, say): the link alone, or the file alone,
+    // never the directory around it.
+    if let Some(python) = p.command.first().map(Path::new) {
+        if !a.covered(python) {
+            match std::fs::read_link(python) {
+                Ok(target) => a.symlink(&target, python),
+                Err(_) if python.is_file() => a.bind("--ro-bind", python, python),
+                Err(_) => {}
+            }
         }
     }
     a.bind("--ro-bind", p.staging, Path::new(STAGING_IN_SANDBOX));
@@ -157,9 +175,9 @@ impl Args {
         dest.ancestors().any(|a| self.exposed.contains(a))
     }
 
-    /// A bind mount, with its missing ancestors created 0755 first (bwrap
-    /// would make them 0700, which the unprivileged kernel cannot enter).
-    fn bind(&mut self, how: &str, src: &Path, dest: &Path) {
+    /// Create `dest`'s missing ancestors 0755 (bwrap would make them 0700,
+    /// which the unprivileged kernel cannot enter).
+    fn ancestors(&mut self, dest: &Path) {
         let mut missing: Vec<&Path> = dest
             .ancestors()
             .skip(1)
@@ -171,6 +189,20 @@ impl Args {
             self.push(dir);
             self.mark(dir);
         }
+    }
+
+    /// A symlink at `dest` pointing at `target`, as on the host.
+    fn symlink(&mut self, target: &Path, dest: &Path) {
+        self.ancestors(dest);
+        self.push("--symlink");
+        self.push(target);
+        self.push(dest);
+        self.mark(dest);
+    }
+
+    /// A bind mount, with its missing ancestors created first.
+    fn bind(&mut self, how: &str, src: &Path, dest: &Path) {
+        self.ancestors(dest);
         self.push(how);
         self.push(src);
         self.push(dest);
@@ -214,6 +246,7 @@ mod tests {
             setpriv: root.then_some(setpriv.as_path()),
             block_fd: None,
             command: vec!["/usr/bin/python3".into(), "runner.py".into()],
+            tmp_bytes: Some(1 << 30),
         };
         args(&plan)
             .into_iter()
@@ -278,5 +311,12 @@ mod tests {
         let tmpfs = a.windows(2).position(|w| w == ["--tmpfs", "/tmp"]).unwrap();
         let bind = a.windows(3).position(|w| w == ["--ro-bind", venv, venv]);
         assert!(bind.is_some_and(|b| b > tmpfs), "{a:?}");
+    }
+
+    #[test]
+    fn the_private_tmp_is_capped_at_the_memory_limit() {
+        let a = plan_args(false, true);
+        let at = a.windows(2).position(|w| w == ["--tmpfs", "/tmp"]).unwrap();
+        assert!(has(&a[..at], &["--size", "1073741824"]), "{a:?}");
     }
 }

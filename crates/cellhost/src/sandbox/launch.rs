@@ -194,8 +194,11 @@ fn strict_command(
         err: io::Error::new(io::ErrorKind::NotFound, "no workspace was prepared"),
     })?;
     let prefixes = prefixes(s.python)?;
+    // `-s`: no user site dir. HOME is the workspace, so a cell could plant
+    // a `usercustomize.py` there that would run at every later start.
     let mut command: Vec<OsString> = vec![
         s.python.into(),
+        "-s".into(),
         Path::new(STAGING_IN_SANDBOX).join("runner.py").into(),
     ];
     command.extend(runner_args);
@@ -208,6 +211,7 @@ fn strict_command(
         setpriv: setpriv.as_deref(),
         block_fd: blocked.then_some(BLOCK_FD),
         command,
+        tmp_bytes: s.limits.memory_bytes,
     };
     let mut cmd = tokio::process::Command::new(&bwrap);
     cmd.args(bwrap::args(&plan))
@@ -291,10 +295,8 @@ pub(crate) fn prefixes(python: &Path) -> Result<Vec<PathBuf>, SandboxError> {
         .filter(|l| l.starts_with('/'))
         .map(PathBuf::from)
         .collect();
-    // The interpreter's own dir too, in case it lives outside its prefix.
-    if let Some(bin) = python.parent() {
-        dirs.push(bin.to_path_buf());
-    }
+    // Not the interpreter's own dir: it may be a home's bin dir full of
+    // other files (bwrap.rs makes the interpreter path itself visible).
     dirs.sort();
     dirs.dedup();
     cache
