@@ -160,3 +160,26 @@ async fn an_owner_with_files_never_takes_a_pooled_kernel_with_other_files() {
     assert_eq!(m.pooled(), 1, "the pooled kernel went back to the pool");
     m.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_pooled_kernel_restarts_on_its_owners_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = strict_manager(&dir, |o| o.warm_pool(1)).await;
+    assert!(eventually(Duration::from_secs(20), || m.pooled() == 1).await);
+    run(&m, "a", &format!("ME = 'a'\n{WRITE}")).await;
+    assert_eq!(m.stats().pool_hits, 1);
+    // The process dies; its replacement binds the renamed workspace.
+    let died = run(&m, "a", "import os; os._exit(3)").await;
+    assert!(died.kernel.ended || died.kernel.state_lost, "{died:?}");
+    let r = run(&m, "a", "open('/workspace/mine.txt').read()").await;
+    assert_eq!(r.value.as_deref(), Some("'a'"), "{r:?}");
+    let r = m
+        .execute(
+            "a",
+            Cell::new("open('/workspace/mine.txt').read()").reset(true),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.value.as_deref(), Some("'a'"), "after a reset too: {r:?}");
+    m.shutdown().await;
+}

@@ -328,6 +328,15 @@ impl Actor {
         let (outcome, stop) = loop {
             if let Slot::Vacant(why) = &self.slot {
                 why.describe_fresh(&mut info);
+                if let Some(moved) = self
+                    .observed
+                    .moved_workspace
+                    .lock()
+                    .ok()
+                    .and_then(|mut m| m.take())
+                {
+                    self.workspace = Some(moved);
+                }
                 match Process::spawn(&self.opts, &self.python, self.workspace.as_deref()).await {
                     Ok(p) => {
                         self.adopt(p);

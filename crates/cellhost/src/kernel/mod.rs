@@ -254,6 +254,9 @@ pub(crate) struct Observed {
     busy: AtomicBool,
     execution_count: AtomicU64,
     id: std::sync::Mutex<String>,
+    /// A new host path for the sandbox workspace, taken at the next
+    /// (re)start of the process (the manager renamed the directory).
+    moved_workspace: std::sync::Mutex<Option<PathBuf>>,
 }
 
 struct Inner {
@@ -372,6 +375,15 @@ impl Kernel {
             .lock()
             .map(|id| id.clone())
             .unwrap_or_default()
+    }
+
+    /// The sandbox workspace directory was renamed to `path` (the mount of
+    /// a running process follows the directory); later restarts bind it
+    /// there.
+    pub(crate) fn workspace_moved(&self, path: PathBuf) {
+        if let Ok(mut moved) = self.inner.observed.moved_workspace.lock() {
+            *moved = Some(path);
+        }
     }
 
     /// Cells the current kernel process has run.

@@ -311,7 +311,10 @@ impl KernelManager {
                     Some(dir) if !workspace::adopt(&root, &dir, &key.owner) => {
                         self.shared.pool.put_back((k, Some(dir)));
                     }
-                    _ => {
+                    adopted => {
+                        if adopted.is_some() {
+                            k.workspace_moved(workspace::of_owner(&root, &key.owner));
+                        }
                         let hits = &self.shared.counters.pool_hits;
                         hits.fetch_add(1, Ordering::Relaxed);
                         return Ok((k, true));
