@@ -153,3 +153,20 @@ async fn the_runner_is_not_visible_as_a_module_or_in_globals() {
         .await;
     assert_eq!(r.value.as_deref(), Some("[]"));
 }
+
+/// A runtime dir another user owns (a pre-created `/tmp/cellhost-<uid>`)
+/// could let them swap the staging dir: spawning refuses it, clearly.
+#[tokio::test]
+async fn a_runtime_dir_owned_by_another_user_is_refused() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test makes a dir owned by another user: run it as root (CI does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let theirs = dir.path().join("cellhost-0");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let opts = cellhost::KernelOptions::default().runtime_dir(&theirs);
+    let err = cellhost::Kernel::spawn(opts).await.unwrap_err().to_string();
+    assert!(err.contains("belongs to another user"), "{err}");
+}

@@ -14,13 +14,17 @@ use std::collections::BTreeMap;
 /// broken or hostile; the host kills it.
 pub(crate) const MAX_FRAME: usize = 256 << 20;
 
+/// Largest frame other than a display: replies carry at most ~3 MiB (a
+/// capped value and traceback), so a bigger one is never buffered.
+pub(crate) const MAX_REPLY: usize = 16 << 20;
+
 /// How every display frame body starts: the runner writes `op` first.
 const DISPLAY_TAG: &[u8] = b"op 7\ndisplay";
 
 /// Why bytes on the control pipe are not a valid frame.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FrameError {
-    #[error("frame of {size} bytes is over the {MAX_FRAME} byte limit")]
+    #[error("frame of {size} bytes is over the size limit ({MAX_REPLY} bytes for a reply, {MAX_FRAME} for a display)")]
     TooLarge { size: usize },
     #[error("malformed field header at byte {offset}")]
     BadHeader { offset: usize },
@@ -192,6 +196,14 @@ impl FrameReader {
         if size > MAX_FRAME {
             return Err(FrameError::TooLarge { size });
         }
+        if size > MAX_REPLY {
+            if self.buf.len() - 4 < DISPLAY_TAG.len() {
+                return Ok(None);
+            }
+            if !self.buf[4..].starts_with(DISPLAY_TAG) {
+                return Err(FrameError::TooLarge { size });
+            }
+        }
         if self.buf.len() < 4 + size {
             return Ok(None);
         }
@@ -309,5 +321,19 @@ mod tests {
             r.extend(&f.encode());
             prop_assert_eq!(r.next_frame().unwrap(), Some(f));
         }
+    }
+}
+
+#[cfg(test)]
+mod reply_limit_tests {
+    use super::*;
+
+    #[test]
+    fn a_reply_announcing_more_than_the_reply_limit_is_refused_at_once() {
+        let mut r = FrameReader::default();
+        let mut bytes = ((MAX_REPLY + 1) as u32).to_le_bytes().to_vec();
+        bytes.extend_from_slice(b"op 4\ndonestatus 2\nok");
+        r.extend(&bytes);
+        assert!(matches!(r.next_frame(), Err(FrameError::TooLarge { .. })));
     }
 }

@@ -204,7 +204,7 @@ pub enum SpawnError {
     Interpreter(#[from] InterpreterError),
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
-    #[error("failed to {about}")]
+    #[error("failed to {about}: {err}")]
     Io {
         about: &'static str,
         #[source]

@@ -120,11 +120,26 @@ pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
         .create(dir)?;
     let meta = std::fs::symlink_metadata(dir)?;
     use std::os::unix::fs::MetadataExt;
-    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+    let me = nix::unistd::geteuid().as_raw();
+    if !meta.is_dir() || meta.uid() != me {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             format!("{} is not a directory owned by this user", dir.display()),
         ));
+    }
+    // Its parent too: another user who owns it (a pre-created
+    // /tmp/cellhost-<uid>) could swap `dir` for their own.
+    if let Some(parent) = dir.parent() {
+        let owner = std::fs::symlink_metadata(parent)?.uid();
+        if owner != me && owner != 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{} belongs to another user (uid {owner}); remove it or choose another runtime dir",
+                    parent.display()
+                ),
+            ));
+        }
     }
     Ok(())
 }

@@ -121,7 +121,29 @@ pub(crate) fn adopt(root: &Path, pooled: &Path, owner: &str) -> bool {
         .recursive(true)
         .mode(0o700)
         .create(home(root, owner));
-    made.is_ok() && std::fs::rename(pooled, target).is_ok()
+    made.is_ok() && rename_noreplace(pooled, &target)
+}
+
+/// `rename(2)` that fails instead of replacing an existing (empty) target:
+/// two kernels of one owner adopting at once must not share one name.
+fn rename_noreplace(from: &Path, to: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (Ok(from), Ok(to)) = (
+        std::ffi::CString::new(from.as_os_str().as_bytes()),
+        std::ffi::CString::new(to.as_os_str().as_bytes()),
+    ) else {
+        return false;
+    };
+    // SAFETY: two valid NUL-terminated paths; the call only renames.
+    unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        ) == 0
+    }
 }
 
 /// Remove pooled workspaces a host that is gone left (their kernels died
