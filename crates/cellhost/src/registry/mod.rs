@@ -197,11 +197,16 @@ impl KernelManager {
                 slot: &slot,
                 tombstone: slot.meta().tombstone.take(),
             };
-            let result = kernel.execute(cell).await;
+            let result = kernel.execute(cell.clone()).await;
             if refill {
                 // Refill only now: a spawn started during the cell would
                 // compete with it for the runtime and the CPU.
                 pool::refill(&self.shared);
+            }
+            if matches!(result, Err(KernelError::Closed)) && slot.meta().removed {
+                // Disposed between taking the kernel and sending the cell:
+                // the cell never ran, so it runs on the owner's next kernel.
+                continue;
             }
             let mut result = result?;
             if let Some(t) = untold.tombstone.take() {
