@@ -278,11 +278,7 @@ fn kernel_dies_with_its_host(busy_cell: &str) {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(host.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let (_, v) = first_result(&mut host);
     let pids: Vec<u32> = v["stdout"]
         .as_str()
         .unwrap()
@@ -314,11 +310,7 @@ fn a_sandboxed_kernel_dies_with_its_host_when_the_host_is_sigkilled() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(host.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+    let (line, v) = first_result(&mut host);
     assert_eq!(v["status"], "success", "{line}");
     let runner = v["kernel"]["pid"].as_u64().unwrap() as u32;
     let bwrap = parent(parent(runner).unwrap()).unwrap();
@@ -335,6 +327,16 @@ fn a_sandboxed_kernel_dies_with_its_host_when_the_host_is_sigkilled() {
     std::thread::sleep(Duration::from_millis(200));
     sigkill_host_and_expect_gone(&mut host, &pids);
     remove_cgroups(v["kernel"]["id"].as_str().unwrap());
+}
+
+/// The first cell result a `run --json` host prints, as text and JSON.
+fn first_result(host: &mut std::process::Child) -> (String, serde_json::Value) {
+    let mut line = String::new();
+    BufReader::new(host.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let v = serde_json::from_str(&line).unwrap();
+    (line, v)
 }
 
 /// SIGKILL the host (no cleanup code runs in it), then every one of

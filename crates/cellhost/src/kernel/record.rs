@@ -34,7 +34,14 @@ impl ProcessId {
 
     /// `true` when the pid still names this very process.
     pub fn is_same_live_process(&self) -> bool {
-        super::unix::pid_alive(self.pid) && process_start_time(self.pid) == Some(self.start_time)
+        super::unix::live_start_time(self.pid) == Some(self.start_time)
+    }
+
+    /// This host process, read from /proc once.
+    fn this_host() -> Option<ProcessId> {
+        static HOST: std::sync::OnceLock<Option<ProcessId>> = std::sync::OnceLock::new();
+        HOST.get_or_init(|| ProcessId::of(std::process::id()))
+            .clone()
     }
 }
 
@@ -61,7 +68,7 @@ impl KernelRecord {
     pub(crate) fn of(proc: &Process) -> Option<KernelRecord> {
         Some(KernelRecord {
             id: proc.id.clone(),
-            host: ProcessId::of(std::process::id())?,
+            host: ProcessId::this_host()?,
             runner: ProcessId::of(proc.pid)?,
             leader: ProcessId::of(proc.pgid())?,
             pgid: proc.pgid(),

@@ -95,16 +95,15 @@ pub(crate) fn signal_pid(pid: u32, sig: Signal) {
 
 /// `true` when `pid` names a live process (not a zombie).
 pub fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            // The state letter follows the last ')' (comm may hold spaces).
-            let state = stat
-                .rsplit_once(')')
-                .and_then(|(_, rest)| rest.trim_start().chars().next());
-            !matches!(state, Some('Z') | Some('X') | None)
-        }
-        Err(_) => false,
-    }
+    stat_fields(pid).is_some_and(|f| is_running(&f))
+}
+
+/// The state letter (field 3) says the process has not exited.
+fn is_running(fields: &[String]) -> bool {
+    !matches!(
+        fields.first().and_then(|s| s.chars().next()),
+        Some('Z') | Some('X') | None
+    )
 }
 
 /// Resident set size of `pid` in bytes, from /proc.
@@ -138,6 +137,15 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
 /// the pid it names one process: a pid reused later has a later start.
 pub fn process_start_time(pid: u32) -> Option<u64> {
     stat_fields(pid)?.get(19)?.parse().ok()
+}
+
+/// The start time of `pid` if it is alive, from one read of `stat`.
+pub(crate) fn live_start_time(pid: u32) -> Option<u64> {
+    let fields = stat_fields(pid)?;
+    if !is_running(&fields) {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
 }
 
 /// The process group of `pid` (`stat` field 5).
