@@ -24,6 +24,7 @@ pub mod output;
 pub mod percent;
 pub mod registry;
 pub mod sandbox;
+pub mod tools;
 
 pub use cellhost_protocol::{
     CellResult, DisplayItem, KernelInfo, KernelState, KernelSummary, Status, Truncated,
@@ -32,3 +33,4 @@ pub use interpreter::{Interpreter, InterpreterError};
 pub use kernel::{Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SpawnError};
 pub use output::OutputLimits;
 pub use sandbox::{ResourceLimits, Sandbox, StrictSandbox};
+pub use tools::{FnTool, Tool, ToolError, ToolSet};

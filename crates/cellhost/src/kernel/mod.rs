@@ -20,6 +20,7 @@ mod report;
 mod unix;
 mod wait;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +33,7 @@ use crate::env::ChildEnv;
 use crate::interpreter::{Interpreter, InterpreterError};
 use crate::output::OutputLimits;
 use crate::sandbox::{ResourceLimits, Sandbox, SandboxError};
+use crate::tools::ToolSet;
 
 pub use display::{CellEvent, DisplayLimits};
 pub use frame::FrameError;
@@ -169,6 +171,15 @@ pub struct Cell {
     /// Where to send [`CellEvent`]s (each display as it arrives) while the
     /// cell runs. The result still carries everything.
     pub events: Option<mpsc::UnboundedSender<CellEvent>>,
+    /// The tools of this kernel: the generated `tools` module has one
+    /// function per tool. `None`: no `tools` module (the manager fills it
+    /// from the kernel key's tool set).
+    pub tools: Option<ToolSet>,
+    /// This cell's allow-list, a subset of `tools` (`None`: all of them).
+    pub allow: Option<BTreeSet<String>>,
+    /// Most tool calls this cell may make (default
+    /// [`DEFAULT_MAX_TOOL_CALLS`](crate::tools::DEFAULT_MAX_TOOL_CALLS)).
+    pub max_tool_calls: Option<u32>,
 }
 
 impl Cell {
@@ -193,6 +204,28 @@ impl Cell {
     /// closed receiver is ignored; the cell runs on.
     pub fn events(mut self, sink: mpsc::UnboundedSender<CellEvent>) -> Cell {
         self.events = Some(sink);
+        self
+    }
+
+    /// Give the cell these tools (see [`Cell::tools`](Cell#structfield.tools)).
+    pub fn tools(mut self, tools: ToolSet) -> Cell {
+        self.tools = Some(tools);
+        self
+    }
+
+    /// Allow only these tools in this cell.
+    pub fn allow<I, S>(mut self, names: I) -> Cell
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.allow = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// At most `n` tool calls in this cell.
+    pub fn max_tool_calls(mut self, n: u32) -> Cell {
+        self.max_tool_calls = Some(n);
         self
     }
 }

@@ -17,6 +17,7 @@ use super::unix;
 use super::{KernelOptions, SpawnError};
 use crate::sandbox::cgroup::KernelCgroup;
 use crate::sandbox::launch::{self, EnforcedLimits};
+use crate::tools::{AuthoritySlot, ToolServer, TOKEN_ENV};
 
 /// The runner script: its parts joined (compile.py and limits.py define
 /// what runner.py calls), shipped as one file so a kernel reads and
@@ -98,6 +99,12 @@ pub(crate) struct Process {
     /// not depend on the runner at all.
     watcher: Option<tokio::process::Child>,
     staging: PathBuf,
+    /// Serves this process's tool socket (none if it could not be made;
+    /// the cells' tool calls then fail with the reason).
+    _tools: Option<ToolServer>,
+    /// The tool set whose `tools` module this process has (sent with the
+    /// first cell that has tools).
+    pub tools_installed: Option<crate::tools::ToolSet>,
     pub execution_count: u64,
     /// Set once the child has been reaped.
     pub exited: Option<Exit>,
@@ -109,6 +116,15 @@ pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).expect("OS random source");
     buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a kernel's tool calls need: the token its runner presents and the
+/// slot holding the running cell's authority. One per kernel handle, so a
+/// respawned process keeps the token (and its redaction).
+#[derive(Clone)]
+pub(crate) struct Rpc {
+    pub token: std::sync::Arc<str>,
+    pub slot: AuthoritySlot,
 }
 
 /// Create `dir` (and parents) with mode 0700; an existing dir must be a
@@ -151,6 +167,7 @@ impl Process {
         opts: &KernelOptions,
         python: &Path,
         workspace: Option<&Path>,
+        rpc: &Rpc,
     ) -> Result<Process, SpawnError> {
         let id = format!("k-{}", random_hex(6));
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
@@ -175,7 +192,20 @@ impl Process {
             f.write_all(source.as_bytes())
                 .map_err(io("write the runner script"))?;
         }
-        match Self::start(opts, python, id, staging.clone(), &script, workspace).await {
+        // Before the launch, so the sandbox hands it to the kernel uid with
+        // the rest of the staging dir.
+        let listener = ToolServer::bind(&staging).ok();
+        match Self::start(
+            opts,
+            python,
+            id,
+            staging.clone(),
+            &script,
+            workspace,
+            (listener, rpc),
+        )
+        .await
+        {
             Ok(p) => Ok(p),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&staging);
@@ -191,6 +221,7 @@ impl Process {
         staging: PathBuf,
         script: &Path,
         workspace: Option<&Path>,
+        (listener, rpc): (Option<std::os::unix::net::UnixListener>, &Rpc),
     ) -> Result<Process, SpawnError> {
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
         let (req_r, req_w) = unix::pipe().map_err(io("create the request pipe"))?;
@@ -217,6 +248,7 @@ impl Process {
             sandbox: &opts.sandbox,
             workspace,
             limits: &opts.limits,
+            extra_env: &[(TOKEN_ENV, &rpc.token)],
         })?;
         let caps = &opts.display;
         cmd.arg(format!(
@@ -290,6 +322,9 @@ impl Process {
             _death: death_w,
             watcher,
             staging,
+            _tools: listener
+                .and_then(|l| ToolServer::start(l, rpc.token.clone(), rpc.slot.clone()).ok()),
+            tools_installed: None,
             execution_count: 0,
             exited: None,
             group_killed: false,

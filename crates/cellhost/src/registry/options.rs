@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::config::LifecycleConfig;
 use crate::kernel::KernelOptions;
 use crate::sandbox::{Sandbox, StrictSandbox};
+use crate::tools::ToolSet;
 
 /// How the manager runs kernels. `ManagerOptions::new(data_dir)` gives the
 /// documented defaults.
@@ -27,6 +28,9 @@ pub struct ManagerOptions {
     pub data_dir: PathBuf,
     /// Staging dirs older than this are swept at start. Default 7 days.
     pub stale_staging_age: Duration,
+    /// The agent's tools. A kernel's tool set (its key's) is a subset,
+    /// and its cells call them through the `tools` module.
+    pub tools: ToolSet,
 }
 
 impl ManagerOptions {
@@ -40,6 +44,7 @@ impl ManagerOptions {
             warm_pool: defaults.warm_pool,
             data_dir: data_dir.into(),
             stale_staging_age: Duration::from_secs(7 * 24 * 3600),
+            tools: ToolSet::new(),
         }
     }
 
@@ -68,6 +73,12 @@ impl ManagerOptions {
 
     pub fn reap_interval(mut self, every: Duration) -> Self {
         self.reap_interval = Some(every);
+        self
+    }
+
+    /// Register the agent's tools.
+    pub fn tools(mut self, tools: ToolSet) -> Self {
+        self.tools = tools;
         self
     }
 

@@ -50,6 +50,10 @@ _cpu_hard = None
 _cpu_soft = None
 _resource = None
 _sources = {}  # filename -> source, pushed into linecache lazily
+# The tool RPC token, from the env (removed there at start, so the cell's
+# subprocesses never inherit it). See tools.py, sent with the first cell
+# that has tools.
+_tools_token = None
 
 
 def _encode(fields):
@@ -185,6 +189,20 @@ def _on_sigint(signum, frame):
             _sigint_deferred = True  # raised by _send once the frame is out
             return
         raise KeyboardInterrupt
+
+
+# --- tool RPC: the generated `tools` module --------------------------------
+
+
+def _install_tools(source):
+    # A new module object each time the tool set changes (a pooled kernel
+    # adopted by an owner); a reference kept by a cell keeps working.
+    mod = type(sys)("tools")
+    mod.__file__ = "<cellhost tools>"
+    mod._SOCKET = os.path.join(os.path.dirname(os.path.abspath(_runner_file)), "tools.sock")
+    mod._TOKEN = _tools_token
+    exec(compile(source, "<cellhost tools>", "exec"), mod.__dict__)
+    sys.modules["tools"] = mod
 
 
 # --- rich outputs: display.py, loaded on first use -------------------------
@@ -483,7 +501,9 @@ def _parse_args():
 
 
 def main():
+    global _tools_token
     _parse_args()
+    _tools_token = os.environ.pop("CELLHOST_TOOLS_TOKEN", None)
     if _cpu_per_cell:
         # Import `resource` (a shared library) and set the limit now, at
         # start, rather than in the first cell: a new session's first cell
@@ -530,6 +550,12 @@ def main():
             op = req.get("op")
             if op == b"exec":
                 code = req.get("code", b"").decode("utf-8", "surrogateescape")
+                tools_source = req.get("tools")
+                if tools_source is not None:
+                    try:
+                        _install_tools(tools_source.decode("utf-8", "surrogateescape"))
+                    except Exception as e:
+                        print("cellhost: could not set up the tools module: %r" % (e,), file=sys.stderr)
                 reply = runner.run(code)
             else:
                 reply = {"status": "error", "error": "cellhost runner: unknown request %r" % (op,)}
