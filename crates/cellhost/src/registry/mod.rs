@@ -190,9 +190,9 @@ impl KernelManager {
         let mut cell = cell;
         if let Some(allow) = &cell.allow {
             if let Some(stray) = allow.iter().find(|n| !spec.tools.contains(*n)) {
-                return Err(ToolSetError::Unknown {
-                    unknown: stray.clone(),
-                    known: ToolSet::known_names(&spec.tools),
+                return Err(ToolSetError::NotInKernel {
+                    tool: stray.clone(),
+                    kernel: ToolSet::known_names(&spec.tools),
                 }
                 .into());
             }

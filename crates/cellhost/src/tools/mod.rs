@@ -163,6 +163,11 @@ pub enum ToolSetError {
     Duplicate(String),
     #[error("unknown tool {unknown:?}; the registered tools are: {known}")]
     Unknown { unknown: String, known: String },
+    #[error(
+        "the cell's allow-list names {tool:?}, which is not among the kernel's tools ({kernel}); \
+         allow a subset of the tools the kernel was asked for"
+    )]
+    NotInKernel { tool: String, kernel: String },
 }
 
 /// Named tools, sorted by name. Cheap to clone.
