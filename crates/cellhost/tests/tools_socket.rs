@@ -6,14 +6,14 @@
 mod common;
 
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::Path;
 
 use cellhost::{Cell, Status};
 use common::tools::{toolset, Log};
 
 /// A python3 client (not the kernel) sending each of `frames` (Python
 /// expressions giving bytes) on a new connection and printing the reply.
-fn foreign_client(socket: &PathBuf, frames: &[&str]) -> Vec<String> {
+fn foreign_client(socket: &Path, frames: &[&str]) -> Vec<String> {
     let script = format!(
         r#"
 import json, socket, struct, sys
