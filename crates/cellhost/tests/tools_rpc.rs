@@ -149,20 +149,98 @@ async fn a_cross_cell_alias_dispatches_under_the_current_cell() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settled_cells_authority_refuses_dispatch() {
     let (k, log, set) = with_tools().await;
-    // A thread outlives its cell and calls a tool once the cell settled.
-    let code = "import tools, threading, time\nout = []\ndone = threading.Event()\ndef late():\n    time.sleep(0.3)\n    try:\n        out.append(tools.echo(text='late'))\n    except tools.ToolError as e:\n        out.append(str(e))\n    done.set()\nthreading.Thread(target=late).start()";
-    let r = k.run_cell(cell(code, &set)).await;
+    // A thread outlives its cell: it calls a tool only once the test says
+    // so (after the cell settled), and writes what it got to a file.
+    let go = k.dir.path().join("go");
+    let got = k.dir.path().join("got");
+    let code = format!(
+        "import tools, threading, time, os\ndef late():\n    while not os.path.exists({go:?}):\n        time.sleep(0.01)\n    try:\n        r = repr(tools.echo(text='late'))\n    except tools.ToolError as e:\n        r = str(e)\n    open({got:?} + '.tmp', 'w').write(r)\n    os.rename({got:?} + '.tmp', {got:?})\nthreading.Thread(target=late).start()",
+        go = go.to_str().unwrap(),
+        got = got.to_str().unwrap(),
+    );
+    let r = k.run_cell(cell(&code, &set)).await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     assert_eq!(r.tool_calls_made, 0);
-    tokio::time::sleep(Duration::from_millis(600)).await;
-    // Cell 2 has no tools at all and only reads what the thread got.
-    let r = k.run("done.wait(10)\nout[0]").await;
-    let v = r.value.unwrap();
+    std::fs::write(&go, "").unwrap();
+    assert!(
+        common::registry::eventually(Duration::from_secs(10), || got.exists()).await,
+        "the late thread never called"
+    );
+    let v = std::fs::read_to_string(&got).unwrap();
     assert!(
         v.contains("refused: no cell is running in this kernel"),
         "{v}"
     );
     assert_eq!(log.count("echo"), 0, "the late call never reached the tool");
+    // A later cell given no tools refuses too, and says so.
+    let r = k.run("tools.echo(text='x')").await;
+    assert!(
+        r.error
+            .as_deref()
+            .unwrap()
+            .contains("this cell was given no tools"),
+        "{r:?}"
+    );
+    assert_eq!(log.count("echo"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_is_cancelled_when_its_kernel_is_killed_after_the_grace() {
+    let (k, log, set) = with_tools().await;
+    // The cell ignores SIGINT: the timeout's interrupt cannot stop it, so
+    // the kernel is killed after the grace, and the call with it.
+    let r = k
+        .run_cell(
+            cell(
+                "import signal, tools\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntools.slow()",
+                &set,
+            )
+            .timeout(Duration::from_millis(500)),
+        )
+        .await;
+    assert_eq!(r.status, Status::Timeout, "{r:?}");
+    assert!(r.kernel.state_lost, "{r:?}");
+    assert!(
+        common::registry::eventually(Duration::from_secs(5), || log
+            .cancelled
+            .load(Ordering::SeqCst))
+        .await,
+        "the tool call was not cancelled"
+    );
+    let r = k
+        .run_cell(cell("import tools\ntools.echo(text='next')", &set))
+        .await;
+    assert_eq!(r.value.as_deref(), Some("{'echo': 'next'}"), "{r:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_payload_limit_applies_to_requests_and_results() {
+    let log = Log::default();
+    let set = toolset(&log);
+    let dir = tempfile::tempdir().unwrap();
+    let mut opts = common::options(&dir);
+    opts.max_tool_payload = 4096;
+    let k = common::kernel_with(opts, dir).await;
+    let code = "import tools\nout = []\nfor kw in (dict(text='x' * 5000), dict(text='x' * 100, n=100), dict(text='ok')):\n    try:\n        out.append(repr(tools.echo(**kw))[:20])\n    except tools.ToolError as e:\n        out.append(str(e))\nprint('\\n'.join(out))";
+    let r = k.run_cell(cell(code, &set)).await;
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{r:?}");
+    assert!(
+        lines[0].starts_with("the request to echo is 50")
+            && lines[0].contains("over the 4096-byte limit"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].starts_with("the result of tool \"echo\" is 100")
+            && lines[1].contains("over the 4096-byte limit"),
+        "{lines:?}"
+    );
+    assert_eq!(lines[2], "{'echo': 'ok'}");
+    assert_eq!(
+        log.count("echo"),
+        2,
+        "the oversize request never left the kernel"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

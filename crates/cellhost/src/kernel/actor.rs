@@ -335,18 +335,17 @@ impl Actor {
         // cell cannot be delivered (below), without a wait4() per cell.
         let timeout = cell.timeout.or(self.opts.default_timeout);
         self.streams.displays.begin(cell.events.take());
-        // A fresh authority for this cell, retired the moment it settles.
+        // A fresh authority for every cell (one without tools refuses
+        // calls with a reason), retired the moment it settles.
         let tool_set = cell.tools.take();
-        let authority = tool_set.clone().map(|t| {
-            tools::authority::install(
-                &self.rpc.slot,
-                Authority::new(
-                    t,
-                    cell.allow.take(),
-                    cell.max_tool_calls.unwrap_or(DEFAULT_MAX_TOOL_CALLS),
-                ),
-            )
-        });
+        let authority = tools::authority::install(
+            &self.rpc.slot,
+            Authority::new(
+                tool_set.clone(),
+                cell.allow.take(),
+                cell.max_tool_calls.unwrap_or(DEFAULT_MAX_TOOL_CALLS),
+            ),
+        );
         let code = cell.code.into_bytes();
         let mut delivered_once = false;
         let (outcome, stop) = loop {
@@ -392,7 +391,12 @@ impl Actor {
             if let Some(set) = &tool_set {
                 // The process's `tools` module, sent once per tool set.
                 if !proc.tools_installed.as_ref().is_some_and(|t| t.same(set)) {
-                    request = request.with("tools", set.module_source().as_bytes());
+                    request = request
+                        .with("tools", set.module_source().as_bytes())
+                        .with("tools_max", self.opts.max_tool_payload.to_string());
+                    if let Some(why) = &proc.tools_unavailable {
+                        request = request.with("tools_error", why.as_bytes());
+                    }
                     proc.tools_installed = Some(set.clone());
                 }
             }
@@ -419,7 +423,7 @@ impl Actor {
         };
         // Settled: calls from now on (leftover threads) are refused, and
         // calls still in flight are cancelled.
-        let tool_calls_made = authority.map(|a| a.settle()).unwrap_or(0);
+        let tool_calls_made = authority.settle();
         let Slot::Live(proc) = &mut self.slot else {
             unreachable!("the process is vacated only below")
         };
@@ -428,6 +432,9 @@ impl Actor {
         // process finish exiting (atexit handlers) first.
         match &outcome {
             Outcome::Reply(frame) => {
+                if frame.int("tools_failed").is_some() {
+                    proc.tools_installed = None; // sent again with the next cell
+                }
                 let dropped = frame.int("displays_dropped").unwrap_or(0);
                 self.streams.displays.runner_dropped(
                     u32::try_from(dropped).unwrap_or(u32::MAX),

@@ -79,6 +79,8 @@ pub struct KernelOptions {
     /// Per-kernel resource limits (default [`ResourceLimits::default`],
     /// in both profiles).
     pub limits: ResourceLimits,
+    /// Largest tool request or result in bytes (default 10 MB).
+    pub max_tool_payload: usize,
 }
 
 /// `$XDG_RUNTIME_DIR/cellhost`, or `<tmp>/cellhost-<uid>`.
@@ -107,6 +109,7 @@ impl Default for KernelOptions {
             record_dir: None,
             sandbox: Sandbox::None,
             limits: ResourceLimits::default(),
+            max_tool_payload: crate::tools::DEFAULT_MAX_PAYLOAD,
         }
     }
 }

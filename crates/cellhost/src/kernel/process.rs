@@ -102,6 +102,8 @@ pub(crate) struct Process {
     /// Serves this process's tool socket (none if it could not be made;
     /// the cells' tool calls then fail with the reason).
     _tools: Option<ToolServer>,
+    /// Why there is no tool server, told to the cells that call tools.
+    pub tools_unavailable: Option<String>,
     /// The tool set whose `tools` module this process has (sent with the
     /// first cell that has tools).
     pub tools_installed: Option<crate::tools::ToolSet>,
@@ -194,7 +196,13 @@ impl Process {
         }
         // Before the launch, so the sandbox hands it to the kernel uid with
         // the rest of the staging dir.
-        let listener = ToolServer::bind(&staging).ok();
+        let listener = ToolServer::bind(&staging).map_err(|e| {
+            format!(
+                "the tool socket could not be created in {} ({e}); a Unix socket path must stay \
+                 under 108 bytes, so choose a shorter runtime dir",
+                staging.display()
+            )
+        });
         match Self::start(
             opts,
             python,
@@ -221,7 +229,7 @@ impl Process {
         staging: PathBuf,
         script: &Path,
         workspace: Option<&Path>,
-        (listener, rpc): (Option<std::os::unix::net::UnixListener>, &Rpc),
+        (listener, rpc): (Result<std::os::unix::net::UnixListener, String>, &Rpc),
     ) -> Result<Process, SpawnError> {
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
         let (req_r, req_w) = unix::pipe().map_err(io("create the request pipe"))?;
@@ -322,13 +330,25 @@ impl Process {
             _death: death_w,
             watcher,
             staging,
-            _tools: listener
-                .and_then(|l| ToolServer::start(l, rpc.token.clone(), rpc.slot.clone()).ok()),
+            _tools: None,
+            tools_unavailable: None,
             tools_installed: None,
             execution_count: 0,
             exited: None,
             group_killed: false,
         };
+        match listener.and_then(|l| {
+            ToolServer::start(
+                l,
+                rpc.token.clone(),
+                rpc.slot.clone(),
+                opts.max_tool_payload,
+            )
+            .map_err(|e| format!("the tool socket could not be served: {e}"))
+        }) {
+            Ok(server) => proc._tools = Some(server),
+            Err(why) => proc.tools_unavailable = Some(why),
+        }
         let hello = tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await;
         // The move must have succeeded before the kernel is handed out; a
         // failed one (which killed the kernel) explains a failed hello too.

@@ -217,9 +217,9 @@ impl KernelManager {
                 slot: &slot,
                 tombstone: slot.meta().tombstone.take(),
             };
-            if slot.tools.is_some() {
-                cell.tools.clone_from(&slot.tools);
-            }
+            // The key's tools, never the caller's own: every tool is one
+            // registered with the manager.
+            cell.tools.clone_from(&slot.tools);
             let result = kernel.execute(cell.clone()).await;
             if refill {
                 // Refill only now: a spawn started during the cell would

@@ -194,15 +194,26 @@ def _on_sigint(signum, frame):
 # --- tool RPC: the generated `tools` module --------------------------------
 
 
-def _install_tools(source):
+def _install_tools(req):
     # A new module object each time the tool set changes (a pooled kernel
     # adopted by an owner); a reference kept by a cell keeps working.
-    mod = type(sys)("tools")
-    mod.__file__ = "<cellhost tools>"
-    mod._SOCKET = os.path.join(os.path.dirname(os.path.abspath(_runner_file)), "tools.sock")
-    mod._TOKEN = _tools_token
-    exec(compile(source, "<cellhost tools>", "exec"), mod.__dict__)
-    sys.modules["tools"] = mod
+    # Returns False (and says why on stderr) when it could not be set up:
+    # the host then sends it again with the next cell.
+    try:
+        source = req["tools"].decode("utf-8", "surrogateescape")
+        mod = type(sys)("tools")
+        mod.__file__ = "<cellhost tools>"
+        mod._SOCKET = os.path.join(os.path.dirname(os.path.abspath(_runner_file)), "tools.sock")
+        mod._TOKEN = _tools_token
+        mod._MAX = int(req.get("tools_max", b"10485760"))
+        why = req.get("tools_error")
+        mod._UNAVAILABLE = why.decode("utf-8", "replace") if why is not None else None
+        exec(compile(source, "<cellhost tools>", "exec"), mod.__dict__)
+        sys.modules["tools"] = mod
+        return True
+    except Exception as e:
+        print("cellhost: could not set up the tools module: %r" % (e,), file=sys.stderr)
+        return False
 
 
 # --- rich outputs: display.py, loaded on first use -------------------------
@@ -550,13 +561,11 @@ def main():
             op = req.get("op")
             if op == b"exec":
                 code = req.get("code", b"").decode("utf-8", "surrogateescape")
-                tools_source = req.get("tools")
-                if tools_source is not None:
-                    try:
-                        _install_tools(tools_source.decode("utf-8", "surrogateescape"))
-                    except Exception as e:
-                        print("cellhost: could not set up the tools module: %r" % (e,), file=sys.stderr)
+                tools_ok = "tools" not in req or _install_tools(req)
                 reply = runner.run(code)
+                if not tools_ok:
+                    reply = dict(reply)
+                    reply["tools_failed"] = 1
             else:
                 reply = {"status": "error", "error": "cellhost runner: unknown request %r" % (op,)}
             try:

@@ -7,14 +7,15 @@ the tool's own error, or a refusal (budget spent, tool not allowed in this
 cell, no cell running).
 """
 # cellhost tool client, part 1 of 2 (the generated functions follow). Stdlib
-# only. The runner sets _SOCKET and _TOKEN in this module's namespace before
-# running it. Wire: a 4-byte little-endian length, then JSON, both ways; one
+# only. The runner sets _SOCKET, _TOKEN, _MAX (the payload limit) and
+# _UNAVAILABLE (why there is no tool socket, or None) in this module's
+# namespace before running it. Wire: a 4-byte little-endian length, then JSON, both ways; one
 # call at a time per connection, one connection per thread.
 
 import _thread as _cellhost_thread
 import os as _cellhost_os
 
-MAX_PAYLOAD = 10 * 1024 * 1024
+MAX_PAYLOAD = _MAX
 
 
 class ToolError(Exception):
@@ -55,6 +56,8 @@ class _Namespace:
 def _connect():
     import socket
 
+    if _UNAVAILABLE:
+        raise ToolError("tools are unavailable in this kernel: %s" % _UNAVAILABLE)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         s.connect(_SOCKET)
@@ -91,7 +94,9 @@ def _invoke(name, args):
     import json
 
     try:
-        body = json.dumps({"token": _TOKEN, "tool": name, "args": args}).encode()
+        body = json.dumps(
+            {"token": _TOKEN, "tool": name, "args": args}, allow_nan=False
+        ).encode()
     except (TypeError, ValueError) as e:
         raise ToolError("the arguments of %s are not JSON-serializable: %s" % (name, e)) from None
     if len(body) > MAX_PAYLOAD:
@@ -136,6 +141,6 @@ def _pack(_kw, **given):
     return args
 
 
-def call(name, **kwargs):
+def call(name, /, **kwargs):
     """Call the tool `name` with keyword arguments; returns its result."""
     return _invoke(name, kwargs)

@@ -12,25 +12,32 @@ use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use serde_json::Value;
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-use super::{Tool, ToolSet};
+use super::{Tool, ToolError, ToolSet};
 
 /// The current cell's authority, shared by a kernel and its tool server.
 pub(crate) type AuthoritySlot = Arc<Mutex<Option<Arc<Authority>>>>;
 
 pub(crate) struct Authority {
-    tools: ToolSet,
+    /// The kernel's tools; `None`: this cell was given none.
+    tools: Option<ToolSet>,
     /// The cell's allow-list; `None`: every tool of the kernel.
     allowed: Option<BTreeSet<String>>,
     max_calls: u32,
     made: AtomicU32,
+    /// `false` once retired. Admitting a call and starting it happen under
+    /// this lock, and retiring takes it: after `retire` returns, no call
+    /// can reach a tool any more.
+    open: Mutex<bool>,
     retired: watch::Sender<bool>,
 }
 
 impl Authority {
     pub(crate) fn new(
-        tools: ToolSet,
+        tools: Option<ToolSet>,
         allowed: Option<BTreeSet<String>>,
         max_calls: u32,
     ) -> Arc<Authority> {
@@ -39,17 +46,49 @@ impl Authority {
             allowed,
             max_calls,
             made: AtomicU32::new(0),
+            open: Mutex::new(true),
             retired: watch::Sender::new(false),
         })
     }
 
-    /// The tool to run for a call of `name`, counted against the budget,
-    /// or why the call is refused (it never reaches the tool then).
-    pub(crate) fn admit(&self, name: &str) -> Result<Arc<dyn Tool>, String> {
-        let Some(tool) = self.tools.get(name) else {
+    /// Check a call of `name` and start it, counted against the budget, or
+    /// say why it is refused (it never reaches the tool then). The call
+    /// runs in its own task (a panic fails only it) and ends with
+    /// "cancelled" as soon as the cell settles.
+    pub(crate) fn dispatch(
+        self: &Arc<Self>,
+        name: &str,
+        args: Value,
+    ) -> Result<JoinHandle<Result<Value, ToolError>>, String> {
+        let open = self.open.lock().unwrap_or_else(|e| e.into_inner());
+        if !*open {
+            return Err(refused_no_cell(name));
+        }
+        let tool = self.admit(name)?;
+        let me = self.clone();
+        let name = name.to_owned();
+        Ok(tokio::spawn(async move {
+            tokio::select! {
+                biased;
+                () = me.retired() => Err(ToolError::new(format!(
+                    "tool call {name:?} cancelled: its cell ended (timeout, interrupt or kernel \
+                     stop) before the tool returned"
+                ))),
+                r = tool.call(args) => r,
+            }
+        }))
+    }
+
+    fn admit(&self, name: &str) -> Result<Arc<dyn Tool>, String> {
+        let Some(tools) = &self.tools else {
+            return Err(format!(
+                "tool call {name:?} refused: this cell was given no tools"
+            ));
+        };
+        let Some(tool) = tools.get(name) else {
             return Err(format!(
                 "unknown tool {name:?}; this kernel's tools are: {}",
-                self.tools.known()
+                tools.known()
             ));
         };
         if let Some(allowed) = &self.allowed {
@@ -88,6 +127,7 @@ impl Authority {
 
     /// The cell settled: refuse new calls and cancel those in flight.
     pub(crate) fn retire(&self) {
+        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = false;
         self.retired.send_replace(true);
     }
 
@@ -96,6 +136,14 @@ impl Authority {
         let mut rx = self.retired.subscribe();
         let _ = rx.wait_for(|r| *r).await;
     }
+}
+
+/// Why a call made when no cell runs is refused.
+pub(crate) fn refused_no_cell(name: &str) -> String {
+    format!(
+        "tool call {name:?} refused: no cell is running in this kernel (a thread left over \
+         from a finished cell?); tools can be called only while a cell runs"
+    )
 }
 
 /// Install `authority` as the running cell's, returning a guard that
@@ -114,14 +162,14 @@ pub(crate) struct Installed {
 }
 
 impl Installed {
-    /// Retire now and say how many calls reached a tool.
+    /// Retire now and say how many calls reached a tool (counted after
+    /// retiring, so none can be added later).
     pub(crate) fn settle(self) -> u64 {
+        self.retire();
         self.authority.made()
     }
-}
 
-impl Drop for Installed {
-    fn drop(&mut self) {
+    fn retire(&self) {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         if slot
             .as_ref()
@@ -131,6 +179,12 @@ impl Drop for Installed {
         }
         drop(slot);
         self.authority.retire();
+    }
+}
+
+impl Drop for Installed {
+    fn drop(&mut self) {
+        self.retire();
     }
 }
 
@@ -151,7 +205,7 @@ mod tests {
 
     #[test]
     fn budget_allow_list_and_unknown_tools() {
-        let a = Authority::new(set(), Some(["a".to_owned()].into()), 2);
+        let a = Authority::new(Some(set()), Some(["a".to_owned()].into()), 2);
         assert!(a.admit("a").is_ok());
         let e = a.admit("b").err().unwrap();
         assert!(e.contains("not allowed in this cell (allowed: a)"), "{e}");
@@ -164,12 +218,25 @@ mod tests {
         let e = a.admit("a").err().unwrap();
         assert!(e.contains("at most 2 tool calls"), "{e}");
         assert_eq!(a.made(), 2, "refused calls are not counted");
+        let none = Authority::new(None, None, 5);
+        let e = none.admit("a").err().unwrap();
+        assert!(e.contains("this cell was given no tools"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_retired_authority_starts_nothing() {
+        let a = Authority::new(Some(set()), None, 5);
+        assert!(a.dispatch("a", Value::Null).unwrap().await.unwrap().is_ok());
+        a.retire();
+        let e = a.dispatch("a", Value::Null).err().unwrap();
+        assert!(e.contains("no cell is running"), "{e}");
+        assert_eq!(a.made(), 1);
     }
 
     #[tokio::test]
     async fn a_settled_cell_leaves_no_authority_and_cancels_waiters() {
         let slot = AuthoritySlot::default();
-        let a = Authority::new(set(), None, 5);
+        let a = Authority::new(Some(set()), None, 5);
         let installed = install(&slot, a.clone());
         assert!(slot.lock().unwrap().is_some());
         let waiter = tokio::spawn({
@@ -180,7 +247,7 @@ mod tests {
         assert!(slot.lock().unwrap().is_none());
         waiter.await.unwrap();
         // A later cell's authority is not removed by an older guard.
-        let b = Authority::new(set(), None, 5);
+        let b = Authority::new(Some(set()), None, 5);
         let old = install(&slot, a);
         let new = install(&slot, b.clone());
         drop(old);

@@ -27,8 +27,9 @@ pub(crate) use server::{ToolServer, TOKEN_ENV};
 /// Calls a cell may make by default (`max_tool_calls`).
 pub const DEFAULT_MAX_TOOL_CALLS: u32 = 50;
 
-/// Largest request or result on the tool socket, in bytes (10 MB).
-pub const MAX_PAYLOAD: usize = 10 * 1024 * 1024;
+/// Largest request or result on the tool socket by default, in bytes
+/// (10 MB; [`KernelOptions::max_tool_payload`](crate::KernelOptions)).
+pub const DEFAULT_MAX_PAYLOAD: usize = 10 * 1024 * 1024;
 
 /// What a tool call returns.
 pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'static>>;
