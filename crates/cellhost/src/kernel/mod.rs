@@ -175,8 +175,9 @@ pub struct Cell {
     /// cell runs. The result still carries everything.
     pub events: Option<mpsc::UnboundedSender<CellEvent>>,
     /// The tools of this kernel: the generated `tools` module has one
-    /// function per tool. `None`: no `tools` module (the manager fills it
-    /// from the kernel key's tool set).
+    /// function per tool. `None`: no `tools` module, and calls are refused.
+    /// The manager always sets it from the kernel key's tool set (a cell's
+    /// own is replaced: only registered tools run).
     pub tools: Option<ToolSet>,
     /// This cell's allow-list, a subset of `tools` (`None`: all of them).
     pub allow: Option<BTreeSet<String>>,
