@@ -319,7 +319,11 @@ impl Actor {
         // A process that died since idle I/O last looked is found when the
         // cell cannot be delivered (below), without a wait4() per cell.
         let timeout = cell.timeout.or(self.opts.default_timeout);
-        self.streams.displays.begin(cell.events.take());
+        let sink = cell.events.take();
+        if let Some(sink) = &sink {
+            super::stream::tap(&mut self.streams, sink, &self.cleaner, &self.opts.output);
+        }
+        self.streams.displays.begin(sink);
         let request = Frame::new()
             .with("op", "exec")
             .with("code", cell.code.into_bytes())
