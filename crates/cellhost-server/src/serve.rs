@@ -60,7 +60,12 @@ pub async fn serve(listening: Listening, state: AppState, shutdown: impl Future<
     let app = crate::router(state.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
-        let _ = axum::serve(listening.listener, app)
+        use axum::serve::ListenerExt;
+        // Replies are small: send them at once rather than wait on Nagle.
+        let listener = listening.listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let _ = axum::serve(listener, app)
             .with_graceful_shutdown(async {
                 let _ = stopped.await;
             })
