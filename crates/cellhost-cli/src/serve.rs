@@ -50,6 +50,14 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
         eprintln!("cellhost: {e}");
         return 2;
     }
+    // Say it now, not on the first request: strict needs bubblewrap.
+    if opts.sandbox.is_strict() && !on_path("bwrap") {
+        eprintln!(
+            "cellhost: {} (--sandbox none)",
+            cellhost::sandbox::SandboxError::BwrapMissing
+        );
+        return 2;
+    }
     let data_dir = args
         .data_dir
         .clone()
@@ -117,4 +125,14 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
     cellhost_server::serve(listening, state, cellhost_server::shutdown_signal()).await;
     println!("cellhost: stopped");
     0
+}
+
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|dir| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(dir.join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
 }

@@ -326,3 +326,30 @@ fn a_public_address_without_a_token_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn a_strict_daemon_without_bubblewrap_says_so_at_start() {
+    let data = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--python",
+            "/usr/bin/python3",
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .env("PATH", empty.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}{err}");
+    assert!(
+        err.contains("bwrap") && err.contains("--sandbox none"),
+        "{err}"
+    );
+    assert!(!out.contains("listening"), "{out}");
+}
