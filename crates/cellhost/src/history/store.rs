@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -36,6 +36,10 @@ CREATE INDEX IF NOT EXISTS cells_started ON cells(started_at);
 
 /// Most rows a writer commits in one transaction.
 const BATCH: usize = 256;
+
+/// How long the writer waits for more rows before committing a batch
+/// (rows of a SIGKILLed daemon younger than this are lost).
+const LINGER: Duration = Duration::from_millis(5);
 
 pub(super) struct Retention {
     max_rows: u64,
@@ -104,10 +108,19 @@ fn now() -> f64 {
 pub(super) fn writer(mut conn: Connection, rx: mpsc::Receiver<Msg>, r: Retention, path: &Path) {
     let mut since_prune = 0u64;
     while let Ok(first) = rx.recv() {
+        // Linger a little so a busy daemon commits many rows at once
+        // instead of waking and committing per cell; a flush (or the
+        // senders going away) commits at once.
+        let deadline = Instant::now() + LINGER;
+        let mut flushing = matches!(first, Msg::Flush(_));
         let mut batch = vec![first];
-        while batch.len() < BATCH {
-            match rx.try_recv() {
-                Ok(m) => batch.push(m),
+        while batch.len() < BATCH && !flushing {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(m) => {
+                    flushing = matches!(m, Msg::Flush(_));
+                    batch.push(m);
+                }
                 Err(_) => break,
             }
         }
