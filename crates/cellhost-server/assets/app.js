@@ -38,6 +38,31 @@ async function getJSON(path) {
   return r.json();
 }
 
+// Interrupt or reset (dispose) one owner's kernel through the API.
+async function act(owner, what) {
+  const enc = encodeURIComponent;
+  const sep = owner.indexOf("::child::");
+  let method = "POST", path = "/v1/sessions/" + enc(owner) + "/interrupt";
+  if (what === "reset") {
+    method = "DELETE";
+    path = sep < 0 ? "/v1/sessions/" + enc(owner)
+      : "/v1/sessions/" + enc(owner.slice(0, sep)) + "/children/" + enc(owner.slice(sep + 9));
+  }
+  const r = await fetch(path, { method, credentials: "same-origin" });
+  if (!r.ok) {
+    let msg = r.status + "";
+    try { msg = (await r.json()).error.message; } catch (_) { /* not JSON */ }
+    $("#status").textContent = what + " failed: " + msg;
+  }
+  refresh();
+}
+
+function button(label, owner, what) {
+  const b = el("button", { type: "button", class: "act", "data-act": what }, label);
+  b.addEventListener("click", () => act(owner, what));
+  return b;
+}
+
 function renderKernels(kernels) {
   const body = $("#kernels tbody");
   body.replaceChildren(...kernels.map((k) => el("tr", { "data-owner": k.owner },
@@ -48,6 +73,8 @@ function renderKernels(kernels) {
     el("td", {}, k.execution_count),
     el("td", {}, k.pid ?? "–"),
     el("td", { class: "muted" }, k.id || "starting"),
+    el("td", {}, k.state === "busy" ? button("interrupt", k.owner, "interrupt") : null,
+      button("reset", k.owner, "reset")),
   )));
   $("#kernel-count").textContent = "(" + kernels.length + ")";
   $("#no-kernels").hidden = kernels.length > 0;
