@@ -8,6 +8,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,17 @@ impl Drop for Killed {
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A child leading its own process group: the group dies with it.
+struct Group(Child);
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let group = nix::unistd::Pid::from_raw(-(self.0.id() as i32));
+        let _ = nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL);
         let _ = self.0.wait();
     }
 }
@@ -144,9 +156,12 @@ async fn the_dashboard_shows_a_cell_run_through_the_api_live_in_headless_chromiu
     let data = tempfile::tempdir().unwrap();
     let (_daemon, url) = start_daemon(data.path());
     let port = free_port();
-    let _driver = Killed(
+    // chromedriver and the browser it starts share a new process group,
+    // killed whole when the test ends, even by a panic.
+    let _driver = Group(
         Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
+            .process_group(0)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
