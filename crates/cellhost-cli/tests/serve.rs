@@ -353,3 +353,32 @@ fn a_strict_daemon_without_bubblewrap_says_so_at_start() {
     );
     assert!(!out.contains("listening"), "{out}");
 }
+
+#[test]
+fn the_config_file_feeds_serve_and_a_typo_in_it_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let conf = data.path().join("cellhost.toml");
+    std::fs::write(
+        &conf,
+        "[sandbox]\nprofile = \"none\"\n[history]\nenabled = false\n[server]\nmax_body_bytes = 2048\n",
+    )
+    .unwrap();
+    let d = Daemon::start(data.path(), &["--config", conf.to_str().unwrap()], &[]);
+    assert!(d.banner.contains("sandbox none"), "{}", d.banner);
+    assert_eq!(d.cli(&["exec", "-s", "c", "1"]).status.code(), Some(0));
+    let o = d.cli(&["history", "c"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("keeps no history"), "{:?}", text(&o));
+    let o = d.cli(&["exec", "-s", "c", &"x".repeat(4096)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("2048-byte limit"), "{:?}", text(&o));
+    drop(d);
+    std::fs::write(&conf, "[server]\nlisten_on = \"127.0.0.1:1\"\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args(["serve", "--config", conf.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("listen_on"), "{:?}", text(&o));
+}
