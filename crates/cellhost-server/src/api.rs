@@ -29,7 +29,7 @@ fn path_error(r: PathRejection) -> ApiError {
     params(("session" = String, Path, description = "The conversation's stable session id")),
     request_body = crate::ExecuteRequest,
     responses(
-        (status = 200, description = "The cell result (DESIGN.md contract); a failed cell is a result too, with status error/timeout/interrupted. As text/event-stream when asked for."),
+        (status = 200, description = "The cell result (DESIGN.md contract); a failed cell is a result too, with status error/timeout/interrupted. With Accept: text/event-stream, events stdout/stderr ({text}), display ({items}), then result (this object) or error.", body = cellhost_protocol::CellResult),
         (status = 400, description = "Bad JSON, missing code, bad field", body = crate::error::ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = crate::error::ErrorBody),
         (status = 413, description = "Body over the limit", body = crate::error::ErrorBody),
@@ -243,7 +243,7 @@ pub(crate) async fn recent_history(
 /// Live kernels: owner, key, state, idle time, RSS, execution count.
 #[utoipa::path(
     get, path = "/v1/kernels",
-    responses((status = 200, description = "One entry per live owned kernel, oldest first"))
+    responses((status = 200, description = "One entry per live owned kernel, oldest first", body = Vec<cellhost_protocol::KernelSummary>))
 )]
 pub(crate) async fn kernels(State(state): State<AppState>) -> Json<Vec<KernelSummary>> {
     Json(state.manager.list())

@@ -17,7 +17,13 @@ use utoipa::OpenApi;
         crate::api::kernels,
         crate::api::healthz,
     ),
-    components(schemas(crate::ExecuteRequest, crate::error::ErrorBody, crate::error::ErrorDetail)),
+    components(schemas(
+        crate::ExecuteRequest,
+        crate::error::ErrorBody,
+        crate::error::ErrorDetail,
+        cellhost_protocol::CellResult,
+        cellhost_protocol::KernelSummary,
+    )),
     modifiers(&BearerAuth),
     security(("bearer" = []))
 )]
