@@ -1,12 +1,16 @@
 //! The `cellhost` command.
 //!
 //! Exit codes: 0 when everything succeeded, 1 when a cell failed (or a
-//! kernel could not start), 2 for usage errors (bad flags, unreadable
-//! scripts, a missing interpreter), 130 after a second Ctrl-C.
+//! kernel could not start, or no server answered), 2 for usage errors (bad
+//! flags, unreadable scripts, a missing interpreter, a request the server
+//! refused), 130 after a second Ctrl-C.
 
+mod clients;
 mod displays;
+mod http;
 mod render;
 mod run;
+mod serve;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,6 +32,99 @@ struct Cli {
 enum Command {
     /// Run a percent-format script (`# %%` cells) cell by cell in one kernel.
     Run(RunArgs),
+    /// Run the daemon: HTTP API under /v1, metrics, history, dashboard.
+    Serve(ServeArgs),
+    /// Run code in a session of a running daemon, printing output live.
+    Exec(ExecArgs),
+    /// List the daemon's live sessions (kernels).
+    Sessions {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// Print the kernel list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reset a session: kill its kernels (and its children's).
+    Reset {
+        #[command(flatten)]
+        client: ClientArgs,
+        session: String,
+    },
+    /// Interrupt a session's running cell (KeyboardInterrupt; state kept).
+    Interrupt {
+        #[command(flatten)]
+        client: ClientArgs,
+        session: String,
+    },
+    /// Show a session's recorded cells, oldest first.
+    History(HistoryArgs),
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on (default: [server] listen, else 127.0.0.1:8787).
+    /// A non-loopback address needs CELLHOST_TOKEN.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Read every section from this cellhost.toml.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Where history, live-kernel records and workspaces go (default:
+    /// $XDG_DATA_HOME/cellhost, else ~/.local/share/cellhost, else ./.cellhost).
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Python interpreter (default: $CELLHOST_PYTHON, else python3 on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub python: Option<PathBuf>,
+    /// Sandbox profile: `strict` (default for the daemon) or `none`.
+    #[arg(long, value_name = "PROFILE")]
+    pub sandbox: Option<cellhost::config::Profile>,
+}
+
+/// Where the daemon is.
+#[derive(clap::Args)]
+pub(crate) struct ClientArgs {
+    /// The daemon's URL. The token comes from CELLHOST_TOKEN.
+    #[arg(
+        long,
+        env = "CELLHOST_URL",
+        default_value = "http://127.0.0.1:8787",
+        value_name = "URL"
+    )]
+    pub server: String,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct ExecArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Session to run in (its variables persist between calls).
+    #[arg(short, long, default_value = "default")]
+    pub session: String,
+    /// Restart the session's kernel first (discard its state).
+    #[arg(long)]
+    pub reset: bool,
+    /// Timeout in seconds (interrupt first, kill if it does not stop).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_hyphen_values = true)]
+    pub timeout: Option<std::time::Duration>,
+    /// Print the cell-result JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The code to run, or `-` to read it from standard input.
+    pub code: String,
+}
+
+#[derive(clap::Args)]
+pub(crate) struct HistoryArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    pub session: String,
+    /// Most cells shown (the newest ones).
+    #[arg(long, default_value_t = 20)]
+    pub limit: usize,
+    /// Print the history as JSON.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(clap::Args)]
@@ -78,10 +175,16 @@ fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    // The daemon serves many callers at once; the rest are one-shot.
+    let built = match cli.command {
+        Command::Serve(_) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        _ => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
+    };
+    let runtime = match built {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cellhost: failed to start the async runtime: {e}");
@@ -91,6 +194,12 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Serve(args) => serve::serve(args).await,
+            Command::Exec(args) => clients::exec(args).await,
+            Command::Sessions { client, json } => clients::sessions(client, json).await,
+            Command::Reset { client, session } => clients::reset(client, session).await,
+            Command::Interrupt { client, session } => clients::interrupt(client, session).await,
+            Command::History(args) => clients::history(args).await,
         }
     });
     ExitCode::from(code)

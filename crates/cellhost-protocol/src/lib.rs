@@ -7,11 +7,15 @@
 //!
 //! Fields that do not apply are omitted (`Option::None` is skipped); the
 //! `kernel.*` booleans are always present.
+//!
+//! The optional `openapi` feature derives OpenAPI schemas (utoipa) for the
+//! daemon's generated document; without it the crate needs serde only.
 
 use serde::{Deserialize, Serialize};
 
 /// How a cell ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     /// The cell ran to completion (including a deliberate `sys.exit(0)`).
@@ -42,6 +46,7 @@ impl Status {
 /// display (one `display(obj)` call, one figure: e.g. `image/png` plus its
 /// `text/plain` fallback) share the same `display` index.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DisplayItem {
     /// e.g. `image/png`, `text/html`, `text/plain`.
     pub mime: String,
@@ -71,6 +76,7 @@ pub fn is_text_mime(mime: &str) -> bool {
 
 /// Whether output was cut, and where the full text went.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Truncated {
     pub stdout: bool,
     pub stderr: bool,
@@ -91,6 +97,7 @@ fn is_zero(n: &u32) -> bool {
 
 /// What a registered kernel is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum KernelState {
     /// Its process is being started.
@@ -102,6 +109,7 @@ pub enum KernelState {
 
 /// One line of the kernel registry's list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KernelSummary {
     pub owner: String,
     /// The registry key: owner, backend, interpreter, cwd, tool set.
@@ -124,6 +132,7 @@ pub struct KernelSummary {
 
 /// Which kernel ran the cell and what happened to its state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KernelInfo {
     /// Identifies one kernel process; a new process gets a new id.
     pub id: String,
@@ -150,6 +159,7 @@ pub struct KernelInfo {
 
 /// The result of one cell: the public contract of every front end.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CellResult {
     pub status: Status,
     pub stdout: String,

@@ -5,17 +5,21 @@
 //! must not silently fall back to a default. Each section lives in its own
 //! module next to the concept it configures; the README documents every key.
 
+mod history;
 mod lifecycle;
 mod limits;
 mod sandbox;
+mod server;
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use history::HistoryConfig;
 pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;
 pub use sandbox::{Profile, SandboxConfig};
+pub use server::{ServerConfig, DEFAULT_LISTEN};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -27,6 +31,10 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// `[limits]`: per-kernel resource limits.
     pub limits: LimitsConfig,
+    /// `[server]`: the daemon's address, token, body limit, shutdown.
+    pub server: ServerConfig,
+    /// `[history]`: the daemon's cell history retention.
+    pub history: HistoryConfig,
 }
 
 /// Why a configuration file could not be used.
@@ -69,7 +77,8 @@ impl Config {
     fn validate(&self) -> Result<(), String> {
         self.lifecycle.validate()?;
         self.sandbox.validate()?;
-        self.limits.validate()
+        self.limits.validate()?;
+        self.server.validate()
     }
 }
 
@@ -124,6 +133,24 @@ mod tests {
         assert!(err.contains("loose"), "{err}");
         let err = parse("[limits]\nmemory_mib = 8\n").unwrap_err().to_string();
         assert!(err.contains("memory_mib"), "{err}");
+    }
+
+    #[test]
+    fn server_and_history_sections_parse_and_validate() {
+        let c = parse("[server]\nlisten = \"0.0.0.0:9000\"\ntoken = \"t0k\"\nmax_body_bytes = 2048\nshutdown_grace = 5\n[history]\nmax_rows = 10\nmax_days = 0\n").unwrap();
+        assert_eq!(c.server.listen, "0.0.0.0:9000");
+        assert_eq!(c.server.token.as_deref(), Some("t0k"));
+        assert_eq!(c.history.max_rows, 10);
+        let d = parse("").unwrap();
+        assert_eq!(d.server.listen, "127.0.0.1:8787");
+        assert_eq!(d.server.max_body_bytes, 10 << 20);
+        assert_eq!((d.history.max_rows, d.history.max_days), (100_000, 30));
+        let err = parse("[server]\nlisten = \"here\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("listen"), "{err}");
+        let err = parse("[history]\nrows = 1\n").unwrap_err().to_string();
+        assert!(err.contains("rows"), "{err}");
     }
 
     #[test]

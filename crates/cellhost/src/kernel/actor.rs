@@ -334,7 +334,11 @@ impl Actor {
         // A process that died since idle I/O last looked is found when the
         // cell cannot be delivered (below), without a wait4() per cell.
         let timeout = cell.timeout.or(self.opts.default_timeout);
-        self.streams.displays.begin(cell.events.take());
+        let sink = cell.events.take();
+        if let Some(sink) = &sink {
+            super::stream::tap(&mut self.streams, sink, &self.cleaner, &self.opts.output);
+        }
+        self.streams.displays.begin(sink);
         // A fresh authority for every cell (one without tools refuses
         // calls with a reason), retired the moment it settles.
         let tool_set = cell.tools.take();

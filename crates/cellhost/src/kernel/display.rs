@@ -56,13 +56,18 @@ impl Default for DisplayLimits {
 }
 
 /// Something a running cell produced, sent as it happens (see
-/// [`super::Cell::events`]). More variants (stdout, stderr) will come.
+/// [`super::Cell::events`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum CellEvent {
     /// One display: its items, which share one `display` index. The same
     /// items are in the cell's result.
     Display(Vec<DisplayItem>),
+    /// Cleaned stdout text, released at line ends (see
+    /// [`crate::output::stream`]); the result still has all of it.
+    Stdout(String),
+    /// Cleaned stderr text, as [`CellEvent::Stdout`].
+    Stderr(String),
 }
 
 /// The displays of the cell being run (or of the next one, between cells).
@@ -323,7 +328,9 @@ mod tests {
         d.accept(frame(&[("text/plain", b"now")]));
         let got: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
         assert_eq!(got.len(), 2);
-        let CellEvent::Display(first) = &got[0];
+        let CellEvent::Display(first) = &got[0] else {
+            panic!("a display event expected: {:?}", got[0]);
+        };
         assert_eq!(first[0].data, "late");
         let (items, _, _) = d.finish();
         assert_eq!(items.len(), 2);

@@ -17,6 +17,7 @@ pub(crate) mod frame;
 mod process;
 pub mod record;
 mod report;
+mod stream;
 mod unix;
 mod wait;
 

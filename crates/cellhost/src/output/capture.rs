@@ -36,6 +36,8 @@ pub struct Capture {
     cut: bool,
     total_bytes: u64,
     spill: Spill,
+    /// Streams cleaned text while the cell runs (only when asked).
+    tap: Option<super::LineTap>,
 }
 
 /// The result of [`Capture::finish`].
@@ -87,13 +89,22 @@ impl Capture {
                 created: false,
                 failed: None,
             },
+            tap: None,
         }
+    }
+
+    /// Also stream what is pushed from now on, cleaned, through `tap`.
+    pub fn tap(&mut self, tap: super::LineTap) {
+        self.tap = Some(tap);
     }
 
     /// Appends bytes the stream carried.
     pub fn push(&mut self, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
+        }
+        if let Some(tap) = &mut self.tap {
+            tap.push(bytes);
         }
         let fits = self.kept.len() as u64 + bytes.len() as u64 <= self.cap_bytes as u64;
         if self.cut {
@@ -153,6 +164,9 @@ impl Capture {
     /// file is deleted. I/O errors on the spill file never panic: they degrade to
     /// `full: None` plus a sentence in `text`'s marker.
     pub fn finish(mut self, cleaner: &Cleaner) -> Captured {
+        if let Some(mut tap) = self.tap.take() {
+            tap.flush();
+        }
         let total_bytes = self.total_bytes;
         if !self.cut {
             return Captured {

@@ -22,14 +22,18 @@
 //!    checked for partial secrets.
 //!
 //! Cleaning happens once, when a cell finishes ([`Capture::finish`]); while
-//! the cell runs only raw bytes are kept.
+//! the cell runs only raw bytes are kept, unless a caller streams the
+//! output: then a [`stream::LineTap`] on the capture cleans and sends it
+//! line by line.
 
 mod capture;
 mod clean;
 mod redact;
+pub mod stream;
 
 pub use capture::{Capture, Captured};
 pub use clean::Cleaner;
+pub use stream::LineTap;
 
 /// How much of a cell's output is kept.
 #[derive(Debug, Clone, PartialEq)]

@@ -181,12 +181,14 @@ impl Conn {
     async fn handle(&self, body: &[u8]) -> (Vec<u8>, bool) {
         let req: Request = match serde_json::from_slice(body) {
             Ok(r) => r,
-            Err(e) => return (
-                error(format!(
+            Err(e) => {
+                return (
+                    error(format!(
                     "malformed tool request ({e}); expected JSON {{\"token\", \"tool\", \"args\"}}"
                 )),
-                false,
-            ),
+                    false,
+                )
+            }
         };
         if !same_token(req.token.as_bytes(), self.token.as_bytes()) {
             return (

@@ -1,0 +1,284 @@
+//! `cellhost exec|sessions|reset|interrupt|history`: clients of a running
+//! `cellhost serve`. Exit codes follow `cellhost run`: 0 success, 1 a cell
+//! failed or the server could not do it (unreachable, no kernel), 2 a
+//! usage error (bad flags, a request the server refused as invalid or
+//! unauthorized, an unknown session).
+
+use std::io::{Read, Write};
+
+use cellhost::history::HistoryEntry;
+use cellhost::{CellResult, KernelSummary};
+use http_body_util::BodyExt;
+use hyper::Method;
+
+use crate::http::{read_all, segment, Failure, Server};
+use crate::{ClientArgs, ExecArgs, HistoryArgs};
+
+fn connect(c: &ClientArgs) -> Result<Server, Failure> {
+    let token = std::env::var("CELLHOST_TOKEN").ok();
+    Server::new(&c.server, token)
+}
+
+fn report(r: Result<u8, Failure>) -> u8 {
+    match r {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("cellhost: {}", f.line);
+            f.exit
+        }
+    }
+}
+
+fn read_code(code: &str) -> Result<String, Failure> {
+    if code != "-" {
+        return Ok(code.to_owned());
+    }
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut buf)
+        .map_err(|e| Failure {
+            line: format!("cannot read standard input: {e}"),
+            exit: 2,
+        })?;
+    String::from_utf8(buf).map_err(|_| Failure {
+        line: "standard input is not UTF-8 text".into(),
+        exit: 2,
+    })
+}
+
+pub(crate) async fn exec(args: ExecArgs) -> u8 {
+    report(exec_inner(args).await)
+}
+
+async fn exec_inner(args: ExecArgs) -> Result<u8, Failure> {
+    let server = connect(&args.client)?;
+    let code = read_code(&args.code)?;
+    let mut body = serde_json::json!({ "code": code, "reset": args.reset });
+    if let Some(t) = args.timeout {
+        body["timeout"] = serde_json::json!(t.as_secs_f64());
+    }
+    let path = format!("/v1/sessions/{}/execute", segment(&args.session));
+    let result: CellResult = if args.json {
+        let r: serde_json::Value = server.json(Method::POST, &path, Some(body)).await?;
+        println!("{r}");
+        serde_json::from_value(r).map_err(|e| Failure {
+            line: format!("unexpected answer: {e}"),
+            exit: 1,
+        })?
+    } else {
+        let mut r = stream(&server, &path, body).await?;
+        r.stdout.clear();
+        r.stderr.clear();
+        let text = crate::render::cell_body(&r, &[]);
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+        for d in r.displays.iter().filter(|d| d.is_base64()) {
+            println!("[{} display: use --json to get its data]", d.mime);
+        }
+        r
+    };
+    Ok(u8::from(!result.is_success()))
+}
+
+/// Run with SSE: print stdout/stderr as they arrive, return the result.
+async fn stream(
+    server: &Server,
+    path: &str,
+    body: serde_json::Value,
+) -> Result<CellResult, Failure> {
+    let resp = server
+        .send(Method::POST, path, Some(body), "text/event-stream")
+        .await?;
+    let mut body = resp.into_body();
+    let mut buf: Vec<u8> = Vec::new();
+    let fail = |line: String| Failure { line, exit: 1 };
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| fail(format!("the stream from the server broke: {e}")))?;
+        let Some(data) = frame.data_ref() else {
+            continue;
+        };
+        buf.extend_from_slice(data);
+        while let Some(end) = find(&buf, b"\n\n") {
+            let event: Vec<u8> = buf.drain(..end + 2).collect();
+            let (name, data) = parse_event(&String::from_utf8_lossy(&event));
+            let v: serde_json::Value = match serde_json::from_str(&data) {
+                Ok(v) => v,
+                Err(_) => continue, // keep-alive comments
+            };
+            match name.as_str() {
+                "stdout" => {
+                    let mut o = std::io::stdout().lock();
+                    let _ = o.write_all(v["text"].as_str().unwrap_or_default().as_bytes());
+                    let _ = o.flush();
+                }
+                "stderr" => {
+                    let mut e = std::io::stderr().lock();
+                    let _ = e.write_all(v["text"].as_str().unwrap_or_default().as_bytes());
+                    let _ = e.flush();
+                }
+                "result" => {
+                    return serde_json::from_value(v)
+                        .map_err(|e| fail(format!("unexpected result from the server: {e}")))
+                }
+                "error" => {
+                    let msg = v["error"]["message"]
+                        .as_str()
+                        .unwrap_or("the cell could not run");
+                    return Err(fail(msg.to_owned()));
+                }
+                _ => {}
+            }
+        }
+    }
+    Err(fail(
+        "the server closed the stream before the cell's result".into(),
+    ))
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+fn parse_event(text: &str) -> (String, String) {
+    let (mut name, mut data) = (String::new(), Vec::new());
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("event:") {
+            name = v.trim().to_owned();
+        } else if let Some(v) = line.strip_prefix("data:") {
+            data.push(v.strip_prefix(' ').unwrap_or(v));
+        }
+    }
+    (name, data.join("\n"))
+}
+
+pub(crate) async fn sessions(client: ClientArgs, json: bool) -> u8 {
+    report(
+        async {
+            let server = connect(&client)?;
+            let kernels: Vec<KernelSummary> = server.json(Method::GET, "/v1/kernels", None).await?;
+            if json {
+                println!("{}", serde_json::to_string(&kernels).unwrap_or_default());
+                return Ok(0);
+            }
+            if kernels.is_empty() {
+                println!("no live sessions");
+                return Ok(0);
+            }
+            println!(
+                "{:<32} {:<8} {:>6} {:>8} {:>10} {:>8}",
+                "SESSION", "STATE", "CELLS", "IDLE", "RSS", "PID"
+            );
+            for k in kernels {
+                let state = serde_json::to_value(k.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let rss = k
+                    .rss_bytes
+                    .map_or("-".into(), |b| format!("{:.1}M", b as f64 / 1048576.0));
+                let pid = k.pid.map_or("-".into(), |p| p.to_string());
+                println!(
+                    "{:<32} {:<8} {:>6} {:>7.0}s {:>10} {:>8}",
+                    k.owner, state, k.execution_count, k.idle_seconds, rss, pid
+                );
+            }
+            Ok(0)
+        }
+        .await,
+    )
+}
+
+pub(crate) async fn reset(client: ClientArgs, session: String) -> u8 {
+    report(
+        async {
+            let server = connect(&client)?;
+            let path = format!("/v1/sessions/{}", segment(&session));
+            let v: serde_json::Value = server.json(Method::DELETE, &path, None).await?;
+            println!(
+                "session {session} reset ({} kernel(s) disposed)",
+                v["count"]
+            );
+            Ok(0)
+        }
+        .await,
+    )
+}
+
+pub(crate) async fn interrupt(client: ClientArgs, session: String) -> u8 {
+    report(
+        async {
+            let server = connect(&client)?;
+            let path = format!("/v1/sessions/{}/interrupt", segment(&session));
+            let v: serde_json::Value = server.json(Method::POST, &path, None).await?;
+            let n = v["count"].as_u64().unwrap_or(0);
+            if n == 0 {
+                println!("session {session} had no running cell");
+            } else {
+                println!("interrupted {n} running cell(s) of session {session}");
+            }
+            Ok(0)
+        }
+        .await,
+    )
+}
+
+pub(crate) async fn history(args: HistoryArgs) -> u8 {
+    report(
+        async {
+            let server = connect(&args.client)?;
+            let path = format!(
+                "/v1/sessions/{}/history?limit={}",
+                segment(&args.session),
+                args.limit
+            );
+            let resp = server
+                .send(Method::GET, &path, None, "application/json")
+                .await?;
+            let bytes = read_all(resp).await?;
+            if args.json {
+                println!("{}", String::from_utf8_lossy(&bytes));
+                return Ok(0);
+            }
+            let rows: Vec<HistoryEntry> = serde_json::from_slice(&bytes).map_err(|e| Failure {
+                line: format!("unexpected answer: {e}"),
+                exit: 1,
+            })?;
+            let mut out = String::new();
+            for r in rows {
+                let who = r
+                    .child
+                    .as_deref()
+                    .map(|c| format!(" child {c}"))
+                    .unwrap_or_default();
+                out.push_str(&format!(
+                    "── [{}]{who} {} · {:.1} ms · kernel {} ──\n",
+                    r.execution_count,
+                    r.status,
+                    r.duration_seconds * 1000.0,
+                    r.kernel_id
+                ));
+                for line in r.code.lines() {
+                    out.push_str(&format!(">>> {line}\n"));
+                }
+                for block in [&r.stdout, &r.stderr] {
+                    if !block.is_empty() {
+                        out.push_str(block);
+                        if !block.ends_with('\n') {
+                            out.push('\n');
+                        }
+                    }
+                }
+                if let Some(v) = &r.value {
+                    out.push_str(&format!("Out[{}]: {v}\n", r.execution_count));
+                }
+                if let Some(e) = &r.error {
+                    out.push_str(&format!("{e}\n"));
+                }
+            }
+            let mut o = std::io::stdout().lock();
+            let _ = o.write_all(out.as_bytes());
+            Ok(0)
+        }
+        .await,
+    )
+}

@@ -1,0 +1,384 @@
+//! `cellhost serve` and its CLI clients, as real processes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+struct Daemon {
+    child: Child,
+    url: String,
+    banner: String,
+}
+
+impl Daemon {
+    fn start(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellhost"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data)
+            .args(extra)
+            .env_remove("CELLHOST_TOKEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut banner = String::new();
+        let url = loop {
+            let mut line = String::new();
+            if out.read_line(&mut line).unwrap() == 0 {
+                panic!("serve exited before listening: {banner}");
+            }
+            banner.push_str(&line);
+            if let Some(rest) = line.split("listening on ").nth(1) {
+                break rest.split_whitespace().next().unwrap().to_owned();
+            }
+        };
+        // The next line names the dashboard.
+        out.read_line(&mut banner).unwrap();
+        // Keep draining stdout so the daemon never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            let _ = out.read_to_string(&mut sink);
+        });
+        Daemon { child, url, banner }
+    }
+
+    fn none(data: &Path) -> Daemon {
+        Daemon::start(data, &["--sandbox", "none"], &[])
+    }
+
+    fn cli(&self, args: &[&str]) -> Output {
+        self.cli_env(args, &[])
+    }
+
+    fn cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellhost"));
+        cmd.args(args)
+            .env("CELLHOST_URL", &self.url)
+            .env_remove("CELLHOST_TOKEN")
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    /// SIGTERM and wait; returns the exit code.
+    fn stop(mut self) -> Option<i32> {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let end = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < end {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("serve did not stop after SIGTERM");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let end = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < end && matches!(self.child.try_wait(), Ok(None)) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn exec_keeps_state_per_session_and_exits_like_run() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::none(data.path());
+    let o = d.cli(&["exec", "-s", "t", "x = 5; print('hi')"]);
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    assert_eq!(text(&o).0, "hi\n");
+    let o = d.cli(&["exec", "-s", "t", "x * 2"]);
+    assert_eq!(text(&o).0, "Out[2]: 10\n");
+    let o = d.cli(&["exec", "-s", "t", "1/0"]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains("ZeroDivisionError: division by zero") && out.contains("[error]"),
+        "{out}"
+    );
+    let o = d.cli(&["exec", "-s", "t", "--json", "x + 1"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!(v["value"], "6");
+    let o = d.cli(&["exec", "-s", "other", "'x' in dir()"]);
+    assert_eq!(text(&o).0, "Out[1]: False\n");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args(["exec", "-s", "t", "-"])
+        .env("CELLHOST_URL", &d.url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"print(x * 3)\n")
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(text(&o).0, "15\n");
+    let o = d.cli(&["exec", "--timeout", "0", "1"]);
+    assert_eq!(o.status.code(), Some(2), "a bad flag is a usage error");
+}
+
+#[test]
+fn sessions_history_reset_and_interrupt_manage_a_real_daemon() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::none(data.path());
+    assert_eq!(
+        d.cli(&["exec", "-s", "m", "y = 'kept'; print(y)"])
+            .status
+            .code(),
+        Some(0)
+    );
+    let o = d.cli(&["sessions"]);
+    let (out, _) = text(&o);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("m ") && l.contains("idle")),
+        "{out}"
+    );
+    let o = d.cli(&["history", "m"]);
+    let (out, _) = text(&o);
+    assert!(out.contains(">>> y = 'kept'; print(y)\nkept\n"), "{out}");
+    let o = d.cli(&["reset", "m"]);
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    let o = d.cli(&["exec", "-s", "m", "y"]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(out.contains("NameError") && out.contains("note:"), "{out}");
+    let o = d.cli(&["reset", "nobody"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains("no session \"nobody\""), "{err}");
+    // Interrupt a running cell from another process.
+    let mut running = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args([
+            "exec",
+            "-s",
+            "m",
+            "import time\nprint('start', flush=True)\ntime.sleep(60)",
+        ])
+        .env("CELLHOST_URL", &d.url)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(running.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert_eq!(first, "start\n", "output streams while the cell runs");
+    assert!(
+        running.try_wait().unwrap().is_none(),
+        "the cell is still running"
+    );
+    let o = d.cli(&["interrupt", "m"]);
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    assert!(text(&o).0.contains("interrupted 1"), "{:?}", text(&o));
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let st = running.wait().unwrap();
+    assert_eq!(st.code(), Some(1), "{rest}");
+    assert!(
+        rest.contains("KeyboardInterrupt") && rest.contains("[interrupted]"),
+        "{rest}"
+    );
+}
+
+#[test]
+fn with_no_server_the_clients_print_one_clear_line() {
+    for args in [
+        vec!["exec", "1"],
+        vec!["sessions"],
+        vec!["reset", "a"],
+        vec!["interrupt", "a"],
+        vec!["history", "a"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+            .args(&args)
+            .args(["--server", "http://127.0.0.1:9"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(out.is_empty());
+        assert_eq!(
+            err,
+            "cellhost: no cellhost server at http://127.0.0.1:9; start one with `cellhost serve`\n",
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn a_token_is_required_once_set_and_clients_send_it() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::start(
+        data.path(),
+        &["--sandbox", "none"],
+        &[("CELLHOST_TOKEN", "tkn-42")],
+    );
+    assert!(d.banner.contains("/?token=tkn-42"), "{}", d.banner);
+    let o = d.cli(&["exec", "1"]);
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains("CELLHOST_TOKEN"), "{err}");
+    let o = d.cli_env(&["exec", "1 + 1"], &[("CELLHOST_TOKEN", "tkn-42")]);
+    assert_eq!(text(&o).0, "Out[1]: 2\n");
+}
+
+#[test]
+fn history_survives_a_daemon_restart() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::none(data.path());
+    assert_eq!(
+        d.cli(&["exec", "-s", "r", "print('before restart')"])
+            .status
+            .code(),
+        Some(0)
+    );
+    assert_eq!(d.stop(), Some(0));
+    let d = Daemon::none(data.path());
+    let o = d.cli(&["history", "r"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(out.contains("before restart"), "{out}");
+    let o = d.cli(&["history", "r", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!(rows[0]["status"], "success");
+    assert_eq!(rows[0]["execution_count"], 1);
+}
+
+#[test]
+fn sigterm_lets_a_running_cell_finish_before_the_daemon_exits() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::none(data.path());
+    let mut running = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args([
+            "exec",
+            "-s",
+            "g",
+            "import time\nprint('go', flush=True)\ntime.sleep(1)\nprint('done')",
+        ])
+        .env("CELLHOST_URL", &d.url)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(running.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert_eq!(first, "go\n");
+    assert_eq!(d.stop(), Some(0));
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(running.wait().unwrap().code(), Some(0), "{rest}");
+    assert_eq!(rest, "done\n");
+}
+
+#[test]
+fn the_daemon_defaults_to_the_strict_sandbox() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::start(data.path(), &[], &[]);
+    assert!(d.banner.contains("sandbox strict"), "{}", d.banner);
+    let o = d.cli(&["exec", "import os; print(os.getcwd())"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert_eq!(out, "/workspace\n");
+}
+
+#[test]
+fn a_public_address_without_a_token_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+        .arg(data.path())
+        .env_remove("CELLHOST_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        err.contains("refusing to listen on 0.0.0.0:0 without a token"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_strict_daemon_without_bubblewrap_says_so_at_start() {
+    let data = tempfile::tempdir().unwrap();
+    let empty = tempfile::tempdir().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--python",
+            "/usr/bin/python3",
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .env("PATH", empty.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{out}{err}");
+    assert!(
+        err.contains("bwrap") && err.contains("--sandbox none"),
+        "{err}"
+    );
+    assert!(!out.contains("listening"), "{out}");
+}
+
+#[test]
+fn the_config_file_feeds_serve_and_a_typo_in_it_is_refused() {
+    let data = tempfile::tempdir().unwrap();
+    let conf = data.path().join("cellhost.toml");
+    std::fs::write(
+        &conf,
+        "[sandbox]\nprofile = \"none\"\n[history]\nenabled = false\n[server]\nmax_body_bytes = 2048\n",
+    )
+    .unwrap();
+    let d = Daemon::start(data.path(), &["--config", conf.to_str().unwrap()], &[]);
+    assert!(d.banner.contains("sandbox none"), "{}", d.banner);
+    assert_eq!(d.cli(&["exec", "-s", "c", "1"]).status.code(), Some(0));
+    let o = d.cli(&["history", "c"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("keeps no history"), "{:?}", text(&o));
+    let o = d.cli(&["exec", "-s", "c", &"x".repeat(4096)]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("2048-byte limit"), "{:?}", text(&o));
+    drop(d);
+    std::fs::write(&conf, "[server]\nlisten_on = \"127.0.0.1:1\"\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args(["serve", "--config", conf.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).1.contains("listen_on"), "{:?}", text(&o));
+}

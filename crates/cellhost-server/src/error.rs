@@ -1,0 +1,86 @@
+//! One error shape for every route: `{"error": {"code", "message"}}` with
+//! the right status. Messages say what was wrong and what to do; internal
+//! details never leak.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Serialize;
+
+/// An API error: an HTTP status, a stable machine code, a sentence.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorBody {
+    error: ErrorDetail,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub(crate) struct ErrorDetail {
+    /// Stable machine-readable code, e.g. `bad_json`, `unknown_session`.
+    code: String,
+    /// What was wrong and what to do.
+    message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    pub fn unknown_session(session: &str) -> ApiError {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_session",
+            format!(
+                "no session {session:?} is known here (no live kernel and no history); \
+                 run a cell with POST /v1/sessions/{{session}}/execute to start one"
+            ),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_owned(),
+                message: self.message,
+            },
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<cellhost::registry::ManagerError> for ApiError {
+    fn from(e: cellhost::registry::ManagerError) -> ApiError {
+        use cellhost::registry::ManagerError;
+        match e {
+            ManagerError::Owner(e) => ApiError::bad_request("invalid_session", e.to_string()),
+            ManagerError::Tools(e) => ApiError::bad_request("unknown_tool", e.to_string()),
+            ManagerError::ShutDown => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                "the server is shutting down; retry against a new one",
+            ),
+            ManagerError::Kernel(e) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "kernel_unavailable",
+                format!("{e}; check the server's Python and sandbox setup (cellhost serve --help)"),
+            ),
+        }
+    }
+}

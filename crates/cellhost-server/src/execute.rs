@@ -1,0 +1,283 @@
+//! `POST /v1/sessions/{session}/execute`: the request, the [`Cell`] it
+//! becomes, and the run itself (plain JSON or Server-Sent Events).
+//!
+//! Every cell runs in its own task, so a client that hangs up never
+//! cancels it halfway: it still finishes, is counted and lands in the
+//! history.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use cellhost::history::HistoryEntry;
+use cellhost::registry::{child_owner, validate_owner, KernelSpec};
+use cellhost::{Cell, CellEvent, CellResult};
+use futures_util::stream;
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::{ApiError, AppState};
+
+/// Longest timeout a request may ask for (one day).
+const MAX_TIMEOUT_SECONDS: f64 = 86_400.0;
+/// Most tools one request may allow.
+const MAX_TOOLS: usize = 256;
+
+/// The body of an execute request.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecuteRequest {
+    /// Python source of the cell.
+    pub code: String,
+    /// Seconds before the cell is interrupted (then killed if it does not
+    /// stop); default: the server's.
+    #[serde(default)]
+    pub timeout: Option<f64>,
+    /// Restart the session's kernel (discarding its state) before running.
+    #[serde(default)]
+    pub reset: bool,
+    /// Run in this delegated child's own kernel (`{session}::child::{child}`).
+    #[serde(default)]
+    pub child: Option<String>,
+    /// Tools the cell may call (Tool RPC), by name; default: every tool the
+    /// server has. A different tool set gets a different kernel.
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    /// Most tool calls the cell may make (default 50).
+    #[serde(default)]
+    pub max_tool_calls: Option<u32>,
+}
+
+impl ExecuteRequest {
+    /// Parse and validate a request body.
+    ///
+    /// # Errors
+    /// A 400 [`ApiError`] that says what was wrong.
+    pub fn parse(body: &[u8]) -> Result<ExecuteRequest, ApiError> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Err(ApiError::bad_request(
+                "bad_json",
+                "the request body is empty; send JSON like {\"code\": \"1 + 1\"}",
+            ));
+        }
+        let req: ExecuteRequest = serde_json::from_slice(body).map_err(|e| {
+            use serde_json::error::Category;
+            match e.classify() {
+                Category::Data => ApiError::bad_request(
+                    "invalid_request",
+                    format!("{e}; send JSON like {{\"code\": \"1 + 1\"}}"),
+                ),
+                _ => ApiError::bad_request(
+                    "bad_json",
+                    format!("the request body is not valid JSON ({e}); send JSON like {{\"code\": \"1 + 1\"}}"),
+                ),
+            }
+        })?;
+        if let Some(t) = req.timeout {
+            if !(t > 0.0 && t.is_finite() && t <= MAX_TIMEOUT_SECONDS) {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    format!("timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS}, not {t}"),
+                ));
+            }
+        }
+        let tools = req.tools.as_deref().unwrap_or_default();
+        if tools.len() > MAX_TOOLS {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                format!(
+                    "at most {MAX_TOOLS} tools may be allowed per cell, not {}",
+                    tools.len()
+                ),
+            ));
+        }
+        Ok(req)
+    }
+
+    /// The kernel's owner: the session, or its delegated child.
+    fn owner(&self, session: &str) -> Result<String, ApiError> {
+        let bad = |e: cellhost::registry::OwnerError| {
+            ApiError::bad_request("invalid_session", e.to_string())
+        };
+        match &self.child {
+            Some(child) => child_owner(session, child).map_err(bad),
+            None => validate_owner(session)
+                .map(|()| session.to_owned())
+                .map_err(bad),
+        }
+    }
+
+    /// The kernel key's spec: the tool set picks the kernel. Without a
+    /// `tools` list, every tool of the server (`all`).
+    fn spec(&self, all: &cellhost::ToolSet) -> KernelSpec {
+        match &self.tools {
+            Some(names) => KernelSpec::default().tools(names),
+            None => KernelSpec::default().tools(all.names()),
+        }
+    }
+}
+
+/// The [`Cell`] a request asks for (its tools come from the kernel key).
+pub fn build_cell(req: &ExecuteRequest) -> Cell {
+    let mut cell = Cell::new(req.code.clone()).reset(req.reset);
+    if let Some(t) = req.timeout {
+        cell = cell.timeout(Duration::from_secs_f64(t));
+    }
+    if let Some(n) = req.max_tool_calls {
+        cell = cell.max_tool_calls(n);
+    }
+    cell
+}
+
+/// Map a body extraction failure (too large, unreadable) to an error.
+pub(crate) fn body_error(rejection: BytesRejection, limit: usize) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("the request body is over the {limit}-byte limit; send less, or raise [server] max_body_bytes"),
+        )
+    } else {
+        ApiError::bad_request(
+            "bad_body",
+            format!("the request body could not be read: {rejection}"),
+        )
+    }
+}
+
+/// Run a request's cell; `sse` streams its events.
+pub(crate) async fn run(
+    state: AppState,
+    session: String,
+    body: Result<Bytes, BytesRejection>,
+    sse: bool,
+) -> Response {
+    let prepared = body
+        .map_err(|r| body_error(r, state.options.max_body_bytes))
+        .and_then(|b| ExecuteRequest::parse(&b))
+        .and_then(|req| Ok((req.owner(&session)?, req)));
+    let (owner, req) = match prepared {
+        Ok(v) => v,
+        Err(e) => return e.into_response(),
+    };
+    let mut cell = build_cell(&req);
+    let events = sse.then(|| {
+        let (tx, rx) = mpsc::unbounded_channel();
+        cell = cell.clone().events(tx);
+        rx
+    });
+    let (done, result) = oneshot::channel();
+    tokio::spawn(run_cell(state, session, owner, req, cell, done));
+    match events {
+        None => match result.await {
+            Ok(Ok(r)) => Json(r).into_response(),
+            Ok(Err(e)) => e.into_response(),
+            Err(_) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the cell's task ended without a result; see the server's log",
+            )
+            .into_response(),
+        },
+        Some(rx) => sse_response(rx, result).into_response(),
+    }
+}
+
+async fn run_cell(
+    state: AppState,
+    session: String,
+    owner: String,
+    req: ExecuteRequest,
+    cell: Cell,
+    done: oneshot::Sender<Result<CellResult, ApiError>>,
+) {
+    state.in_flight.fetch_add(1, Ordering::SeqCst);
+    let _guard = InFlight(&state);
+    let started_at = unix_now();
+    let result = state
+        .manager
+        .execute_with(&owner, &req.spec(&state.manager.options().tools), cell)
+        .await
+        .map_err(ApiError::from);
+    match &result {
+        Ok(r) => {
+            state.metrics.record(r);
+            if let Some(h) = &state.history {
+                h.record(HistoryEntry::of(
+                    &session,
+                    req.child.as_deref(),
+                    &req.code,
+                    started_at,
+                    r,
+                ));
+            }
+        }
+        Err(_) => state.metrics.failed(),
+    }
+    let _ = done.send(result);
+}
+
+struct InFlight<'a>(&'a AppState);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+pub(crate) fn unix_now() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Events while the cell runs (`stdout`, `stderr`, `display`), then one
+/// `result` (or `error`), then the stream ends.
+fn sse_response(
+    events: mpsc::UnboundedReceiver<CellEvent>,
+    result: oneshot::Receiver<Result<CellResult, ApiError>>,
+) -> Sse<impl futures_util::Stream<Item = Result<Event, std::convert::Infallible>>> {
+    let state = (Some(events), Some(result));
+    let s = stream::unfold(state, |(mut events, result)| async move {
+        if let Some(rx) = events.as_mut() {
+            while let Some(e) = rx.recv().await {
+                if let Some(ev) = event_of(e) {
+                    return Some((Ok(ev), (events, result)));
+                }
+            }
+        }
+        let rx = result?;
+        let ev = match rx.await {
+            Ok(Ok(r)) => json_event("result", &r),
+            Ok(Err(e)) => json_event(
+                "error",
+                &serde_json::json!({"error": {"code": e.code, "message": e.message}}),
+            ),
+            Err(_) => json_event(
+                "error",
+                &serde_json::json!({"error": {"code": "internal", "message": "the cell's task ended without a result"}}),
+            ),
+        };
+        Some((Ok(ev), (None, None)))
+    });
+    Sse::new(s).keep_alive(KeepAlive::default())
+}
+
+fn event_of(e: CellEvent) -> Option<Event> {
+    Some(match e {
+        CellEvent::Stdout(text) => json_event("stdout", &serde_json::json!({ "text": text })),
+        CellEvent::Stderr(text) => json_event("stderr", &serde_json::json!({ "text": text })),
+        CellEvent::Display(items) => json_event("display", &serde_json::json!({ "items": items })),
+        _ => return None,
+    })
+}
+
+fn json_event(name: &str, value: &impl serde::Serialize) -> Event {
+    let data = serde_json::to_string(value).unwrap_or_else(|_| "{}".to_owned());
+    Event::default().event(name).data(data)
+}

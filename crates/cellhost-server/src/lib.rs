@@ -1,0 +1,112 @@
+//! The cellhost daemon: an HTTP/JSON API over a [`KernelManager`], with
+//! cell history, Prometheus metrics, an OpenAPI document and a dashboard.
+//!
+//! [`router`] builds the axum app (tests drive it with `oneshot`);
+//! [`serve`] binds it, runs until SIGTERM/SIGINT and shuts down gracefully.
+//!
+//! Modules: `api` (the `/v1` handlers), `execute` (the execute request, the
+//! cell it becomes, SSE), `error` (one JSON error shape), `auth` (Bearer
+//! token), `metrics`, `openapi`, `dashboard` (embedded assets), `serve`
+//! (binding and shutdown).
+
+mod api;
+mod auth;
+mod dashboard;
+mod error;
+mod execute;
+mod metrics;
+mod openapi;
+mod serve;
+
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{delete, get, post};
+use axum::Router;
+use cellhost::history::History;
+use cellhost::registry::KernelManager;
+
+pub use error::ApiError;
+pub use execute::{build_cell, ExecuteRequest};
+pub use serve::{serve, shutdown_signal, Listening, ServeError};
+
+/// How the daemon runs (everything but the manager and the history).
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// Bearer token every route but `/healthz` requires; `None`: no auth.
+    pub token: Option<String>,
+    /// Largest request body in bytes (default 10 MiB).
+    pub max_body_bytes: usize,
+    /// How long running cells may take to finish at shutdown.
+    pub shutdown_grace: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            token: None,
+            max_body_bytes: 10 * 1024 * 1024,
+            shutdown_grace: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    pub manager: KernelManager,
+    /// `None` when history is off.
+    pub history: Option<Arc<History>>,
+    pub options: Arc<ServerOptions>,
+    pub(crate) metrics: Arc<metrics::Metrics>,
+    /// Cells running now (graceful shutdown waits for them).
+    pub(crate) in_flight: Arc<AtomicUsize>,
+}
+
+impl AppState {
+    pub fn new(
+        manager: KernelManager,
+        history: Option<Arc<History>>,
+        options: ServerOptions,
+    ) -> AppState {
+        AppState {
+            manager,
+            history,
+            options: Arc::new(options),
+            metrics: Arc::default(),
+            in_flight: Arc::default(),
+        }
+    }
+}
+
+/// The whole app: `/v1` API, `/healthz`, `/metrics`, `/openapi.json` and
+/// the dashboard at `/`.
+pub fn router(state: AppState) -> Router {
+    let limit = state.options.max_body_bytes;
+    Router::new()
+        .route("/v1/sessions/{session}/execute", post(api::execute))
+        .route("/v1/sessions/{session}/interrupt", post(api::interrupt))
+        .route("/v1/sessions/{session}", delete(api::dispose_session))
+        .route(
+            "/v1/sessions/{session}/children/{child}",
+            delete(api::dispose_child),
+        )
+        .route("/v1/sessions/{session}/history", get(api::session_history))
+        .route("/v1/history", get(api::recent_history))
+        .route("/v1/kernels", get(api::kernels))
+        .route("/healthz", get(api::healthz))
+        .route("/metrics", get(metrics::render))
+        .route("/openapi.json", get(openapi::document))
+        .route("/", get(dashboard::index))
+        .route("/assets/{file}", get(dashboard::asset))
+        .fallback(api::not_found)
+        .method_not_allowed_fallback(api::method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}

@@ -1,0 +1,208 @@
+//! `GET /metrics`: Prometheus text format. Counters are atomics bumped
+//! when a cell settles; kernel figures are read from the manager at
+//! scrape time.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use cellhost::{CellResult, Status};
+
+use crate::AppState;
+
+/// Upper bounds (seconds) of the cell-duration histogram's buckets.
+const BUCKETS: [f64; 12] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 300.0,
+];
+
+const STATUSES: [Status; 4] = [
+    Status::Success,
+    Status::Error,
+    Status::Timeout,
+    Status::Interrupted,
+];
+
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    cells: [AtomicU64; 4],
+    /// Requests whose cell could not run at all (no kernel, shutting down).
+    failed: AtomicU64,
+    buckets: [AtomicU64; BUCKETS.len()],
+    duration_micros: AtomicU64,
+    tool_calls: AtomicU64,
+    state_lost: AtomicU64,
+}
+
+impl Metrics {
+    pub(crate) fn record(&self, r: &CellResult) {
+        let i = STATUSES.iter().position(|s| *s == r.status).unwrap_or(1);
+        self.cells[i].fetch_add(1, Ordering::Relaxed);
+        let d = r.duration_seconds.max(0.0);
+        if let Some(b) = BUCKETS.iter().position(|&le| d <= le) {
+            self.buckets[b].fetch_add(1, Ordering::Relaxed);
+        }
+        self.duration_micros
+            .fetch_add((d * 1e6) as u64, Ordering::Relaxed);
+        self.tool_calls
+            .fetch_add(r.tool_calls_made, Ordering::Relaxed);
+        if r.kernel.state_lost {
+            self.state_lost.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn failed(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+pub(crate) async fn render(State(state): State<AppState>) -> impl IntoResponse {
+    let m = &state.metrics;
+    let kernels = state.manager.list();
+    let stats = state.manager.stats();
+    let mut out = String::with_capacity(4096);
+    family(
+        &mut out,
+        "cellhost_kernels_live",
+        "gauge",
+        "Live owned kernels.",
+    );
+    let _ = writeln!(out, "cellhost_kernels_live {}", kernels.len());
+    family(
+        &mut out,
+        "cellhost_kernels_busy",
+        "gauge",
+        "Kernels running or queueing a cell.",
+    );
+    let busy = kernels
+        .iter()
+        .filter(|k| k.state == cellhost::KernelState::Busy)
+        .count();
+    let _ = writeln!(out, "cellhost_kernels_busy {busy}");
+    family(
+        &mut out,
+        "cellhost_kernels_pooled",
+        "gauge",
+        "Warm unowned kernels waiting in the pool.",
+    );
+    let _ = writeln!(out, "cellhost_kernels_pooled {}", state.manager.pooled());
+    family(
+        &mut out,
+        "cellhost_cells_in_flight",
+        "gauge",
+        "Cells running now.",
+    );
+    let _ = writeln!(
+        out,
+        "cellhost_cells_in_flight {}",
+        state.in_flight.load(Ordering::Relaxed)
+    );
+    family(
+        &mut out,
+        "cellhost_cells_total",
+        "counter",
+        "Cells run, by how they ended.",
+    );
+    for (s, n) in STATUSES.iter().zip(&m.cells) {
+        let _ = writeln!(
+            out,
+            "cellhost_cells_total{{status=\"{}\"}} {}",
+            s.as_str(),
+            n.load(Ordering::Relaxed)
+        );
+    }
+    family(
+        &mut out,
+        "cellhost_cells_failed_to_run_total",
+        "counter",
+        "Requests whose cell could not run (no kernel could start, shutting down).",
+    );
+    let _ = writeln!(
+        out,
+        "cellhost_cells_failed_to_run_total {}",
+        m.failed.load(Ordering::Relaxed)
+    );
+    family(
+        &mut out,
+        "cellhost_cells_state_lost_total",
+        "counter",
+        "Cells whose result says the kernel's state was lost.",
+    );
+    let _ = writeln!(
+        out,
+        "cellhost_cells_state_lost_total {}",
+        m.state_lost.load(Ordering::Relaxed)
+    );
+    family(
+        &mut out,
+        "cellhost_cell_duration_seconds",
+        "histogram",
+        "Cell duration as reported in results.",
+    );
+    let mut cumulative = 0;
+    for (le, n) in BUCKETS.iter().zip(&m.buckets) {
+        cumulative += n.load(Ordering::Relaxed);
+        let _ = writeln!(
+            out,
+            "cellhost_cell_duration_seconds_bucket{{le=\"{le}\"}} {cumulative}"
+        );
+    }
+    let count: u64 = m.cells.iter().map(|c| c.load(Ordering::Relaxed)).sum();
+    let _ = writeln!(
+        out,
+        "cellhost_cell_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+    );
+    let _ = writeln!(
+        out,
+        "cellhost_cell_duration_seconds_sum {}",
+        m.duration_micros.load(Ordering::Relaxed) as f64 / 1e6
+    );
+    let _ = writeln!(out, "cellhost_cell_duration_seconds_count {count}");
+    for (name, help, v) in [
+        (
+            "cellhost_kernel_spawns_total",
+            "Kernel processes started (pool included).",
+            stats.spawns,
+        ),
+        (
+            "cellhost_kernel_pool_hits_total",
+            "Owners served from the warm pool.",
+            stats.pool_hits,
+        ),
+        (
+            "cellhost_kernel_evictions_total",
+            "Kernels evicted by the LRU cap.",
+            stats.evictions,
+        ),
+        (
+            "cellhost_kernel_reaps_total",
+            "Idle kernels reaped.",
+            stats.reaps,
+        ),
+        (
+            "cellhost_kernel_disposals_total",
+            "Kernels killed by session/child disposal.",
+            stats.disposals,
+        ),
+        (
+            "cellhost_tool_calls_total",
+            "Tool calls made by cells.",
+            m.tool_calls.load(Ordering::Relaxed),
+        ),
+    ] {
+        family(&mut out, name, "counter", help);
+        let _ = writeln!(out, "{name} {v}");
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        out,
+    )
+}

@@ -1,0 +1,107 @@
+//! Binding and graceful shutdown.
+//!
+//! On the shutdown signal the daemon stops accepting connections, lets
+//! running cells finish for up to the grace period, kills every kernel
+//! (a cell still running then ends with `state_lost` and its caller gets
+//! that result), gives responses a moment to go out, and flushes the
+//! history.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+
+use crate::AppState;
+
+/// How long responses get to go out after the kernels are gone.
+const DRAIN: Duration = Duration::from_secs(5);
+
+/// Why the daemon cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("refusing to listen on {addr} without a token: anyone who can reach it could run code as you; set CELLHOST_TOKEN (or [server] token), or listen on 127.0.0.1")]
+    NeedToken { addr: SocketAddr },
+    #[error("failed to listen on {addr}: {source}; pick another address with --listen")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// A bound listener, checked against the token rule.
+#[derive(Debug)]
+pub struct Listening {
+    pub listener: TcpListener,
+    pub addr: SocketAddr,
+}
+
+impl Listening {
+    /// Bind `addr`; a non-loopback address needs a token.
+    ///
+    /// # Errors
+    /// [`ServeError`] when the rule forbids it or the bind fails.
+    pub async fn bind(addr: SocketAddr, has_token: bool) -> Result<Listening, ServeError> {
+        if !addr.ip().is_loopback() && !has_token {
+            return Err(ServeError::NeedToken { addr });
+        }
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| ServeError::Bind { addr, source })?;
+        let addr = listener.local_addr().unwrap_or(addr);
+        Ok(Listening { listener, addr })
+    }
+}
+
+/// Serve until `shutdown` resolves, then shut down gracefully.
+pub async fn serve(listening: Listening, state: AppState, shutdown: impl Future<Output = ()>) {
+    let app = crate::router(state.clone());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        use axum::serve::ListenerExt;
+        // Replies are small: send them at once rather than wait on Nagle.
+        let listener = listening.listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    shutdown.await;
+    let _ = stop.send(());
+    let deadline = Instant::now() + state.options.shutdown_grace;
+    while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let left = state.in_flight.load(Ordering::SeqCst);
+    if left > 0 {
+        eprintln!("cellhost: {left} cell(s) still running after the shutdown grace; killing their kernels");
+    }
+    state.manager.shutdown().await;
+    let _ = tokio::time::timeout(DRAIN, server).await;
+    if let Some(h) = state.history.clone() {
+        let _ = tokio::task::spawn_blocking(move || h.close()).await;
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut t), Ok(mut i)) => {
+            tokio::select! {
+                _ = t.recv() => {}
+                _ = i.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+}

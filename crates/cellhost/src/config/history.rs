@@ -1,0 +1,25 @@
+//! `[history]`: how much cell history the daemon keeps.
+
+use serde::Deserialize;
+
+/// `[history]` keys.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct HistoryConfig {
+    /// Record cells at all.
+    pub enabled: bool,
+    /// Most cells kept (oldest go first; 0: no limit).
+    pub max_rows: u64,
+    /// Days a cell is kept (0: no limit).
+    pub max_days: u64,
+}
+
+impl Default for HistoryConfig {
+    fn default() -> Self {
+        HistoryConfig {
+            enabled: true,
+            max_rows: 100_000,
+            max_days: 30,
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Cell history: every cell a daemon ran, in SQLite, kept across restarts.
+//!
+//! One row per cell: who ran it (session, delegated child), the code (with
+//! known token formats and the host's secret values redacted), how it
+//! ended, its output as returned, timings, and which kernel ran it.
+//!
+//! Writes never block the caller: [`History::record`] hands the row to a
+//! dedicated writer thread that owns the write connection and commits in
+//! batches. Reads ([`History::session`], [`History::recent`]) open their
+//! own connection (WAL lets them run beside the writer); call them from
+//! `spawn_blocking` in async code. Retention (`[history] max_rows`,
+//! `max_days`) is applied at open and every [`PRUNE_EVERY`] rows.
+
+mod store;
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+
+use cellhost_protocol::CellResult;
+use serde::{Deserialize, Serialize};
+
+use crate::config::HistoryConfig;
+use crate::output::Cleaner;
+
+/// Rows written between two retention passes.
+pub const PRUNE_EVERY: u64 = 256;
+
+/// One recorded cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    /// Row id, increasing in recording order.
+    pub id: i64,
+    pub session: String,
+    /// The delegated child that ran it, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<String>,
+    pub code: String,
+    /// `success`, `error`, `timeout` or `interrupted`.
+    pub status: String,
+    pub stdout: String,
+    pub stderr: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Unix time (seconds) the cell was received.
+    pub started_at: f64,
+    pub duration_seconds: f64,
+    pub execution_count: u64,
+    pub kernel_id: String,
+    pub tool_calls_made: u64,
+    pub state_reset: bool,
+    pub state_lost: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+impl HistoryEntry {
+    /// The row for `result` of `code`, run by `session` (or its `child`).
+    pub fn of(
+        session: &str,
+        child: Option<&str>,
+        code: &str,
+        started_at: f64,
+        result: &CellResult,
+    ) -> HistoryEntry {
+        HistoryEntry {
+            id: 0,
+            session: session.to_owned(),
+            child: child.map(str::to_owned),
+            code: code.to_owned(),
+            status: result.status.as_str().to_owned(),
+            stdout: result.stdout.clone(),
+            stderr: result.stderr.clone(),
+            value: result.value.clone(),
+            error: result.error.clone(),
+            started_at,
+            duration_seconds: result.duration_seconds,
+            execution_count: result.kernel.execution_count,
+            kernel_id: result.kernel.id.clone(),
+            tool_calls_made: result.tool_calls_made,
+            state_reset: result.kernel.state_reset,
+            state_lost: result.kernel.state_lost,
+            note: result.kernel.note.clone(),
+        }
+    }
+}
+
+/// Why the history database cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum HistoryError {
+    #[error("failed to {about} ({path}): {source}")]
+    Sqlite {
+        about: &'static str,
+        path: PathBuf,
+        #[source]
+        source: rusqlite::Error,
+    },
+    #[error("failed to create the history directory {path}: {source}")]
+    Dir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the history writer has stopped")]
+    Closed,
+}
+
+enum Msg {
+    Row(Box<HistoryEntry>),
+    Flush(mpsc::Sender<()>),
+}
+
+/// The history store. Cheap to share behind an `Arc`.
+pub struct History {
+    path: PathBuf,
+    tx: Mutex<Option<mpsc::Sender<Msg>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    cleaner: Cleaner,
+}
+
+impl std::fmt::Debug for History {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("History").field("path", &self.path).finish()
+    }
+}
+
+impl History {
+    /// Open (or create) the database at `path`, apply retention, and start
+    /// the writer thread. `secrets` are redacted from recorded code.
+    ///
+    /// # Errors
+    /// [`HistoryError`] when the file cannot be created or is not a
+    /// history database.
+    pub fn open(
+        path: &Path,
+        config: &HistoryConfig,
+        secrets: impl IntoIterator<Item = String>,
+    ) -> Result<History, HistoryError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| HistoryError::Dir {
+                path: dir.to_owned(),
+                source,
+            })?;
+        }
+        let conn = store::open_writer(path)?;
+        let retention = store::Retention::from(config);
+        store::prune(&conn, &retention).map_err(|source| HistoryError::Sqlite {
+            about: "apply history retention",
+            path: path.to_owned(),
+            source,
+        })?;
+        let (tx, rx) = mpsc::channel();
+        let p = path.to_owned();
+        let writer = std::thread::Builder::new()
+            .name("cellhost-history".into())
+            .spawn(move || store::writer(conn, rx, retention, &p))
+            .map_err(|source| HistoryError::Dir {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(History {
+            path: path.to_owned(),
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+            cleaner: Cleaner::new(secrets),
+        })
+    }
+
+    /// Where the database is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Queue a row for writing. Never blocks; rows recorded after
+    /// [`History::close`] are dropped.
+    pub fn record(&self, mut entry: HistoryEntry) {
+        entry.code = self.cleaner.redact(&entry.code);
+        if let Some(tx) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let _ = tx.send(Msg::Row(Box::new(entry)));
+        }
+    }
+
+    /// Block until every row recorded so far is committed.
+    pub fn flush(&self) {
+        let (done, wait) = mpsc::channel();
+        let sent = self
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(|tx| tx.send(Msg::Flush(done)).is_ok());
+        if sent {
+            let _ = wait.recv();
+        }
+    }
+
+    /// Commit what is queued and stop the writer. Idempotent.
+    pub fn close(&self) {
+        drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
+        if let Some(w) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = w.join();
+        }
+    }
+
+    /// The last `limit` cells of `session` (its children's included),
+    /// oldest first. Blocking.
+    ///
+    /// # Errors
+    /// [`HistoryError::Sqlite`] when the database cannot be read.
+    pub fn session(&self, session: &str, limit: usize) -> Result<Vec<HistoryEntry>, HistoryError> {
+        store::query(&self.path, Some(session), limit)
+    }
+
+    /// The last `limit` cells of every session, oldest first. Blocking.
+    ///
+    /// # Errors
+    /// [`HistoryError::Sqlite`] when the database cannot be read.
+    pub fn recent(&self, limit: usize) -> Result<Vec<HistoryEntry>, HistoryError> {
+        store::query(&self.path, None, limit)
+    }
+}
+
+impl Drop for History {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests;

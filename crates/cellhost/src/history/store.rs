@@ -1,0 +1,250 @@
+//! The SQLite side of the history: schema, the writer loop, retention and
+//! queries.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant, SystemTime};
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::{HistoryEntry, HistoryError, Msg, PRUNE_EVERY};
+use crate::config::HistoryConfig;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS cells (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session TEXT NOT NULL,
+    child TEXT,
+    code TEXT NOT NULL,
+    status TEXT NOT NULL,
+    stdout TEXT NOT NULL,
+    stderr TEXT NOT NULL,
+    value TEXT,
+    error TEXT,
+    started_at REAL NOT NULL,
+    duration_seconds REAL NOT NULL,
+    execution_count INTEGER NOT NULL,
+    kernel_id TEXT NOT NULL,
+    tool_calls_made INTEGER NOT NULL DEFAULT 0,
+    state_reset INTEGER NOT NULL DEFAULT 0,
+    state_lost INTEGER NOT NULL DEFAULT 0,
+    note TEXT
+);
+CREATE INDEX IF NOT EXISTS cells_session ON cells(session, id);
+CREATE INDEX IF NOT EXISTS cells_started ON cells(started_at);
+";
+
+/// Most rows a writer commits in one transaction.
+const BATCH: usize = 256;
+
+/// How long the writer waits for more rows before committing a batch
+/// (rows of a SIGKILLed daemon younger than this are lost).
+const LINGER: Duration = Duration::from_millis(5);
+
+pub(super) struct Retention {
+    max_rows: u64,
+    max_age: Option<Duration>,
+}
+
+impl From<&HistoryConfig> for Retention {
+    fn from(c: &HistoryConfig) -> Retention {
+        Retention {
+            max_rows: c.max_rows,
+            max_age: (c.max_days > 0).then(|| Duration::from_secs(c.max_days * 86_400)),
+        }
+    }
+}
+
+fn sqlite(about: &'static str, path: &Path) -> impl FnOnce(rusqlite::Error) -> HistoryError {
+    let path = path.to_owned();
+    move |source| HistoryError::Sqlite {
+        about,
+        path,
+        source,
+    }
+}
+
+pub(super) fn open_writer(path: &Path) -> Result<Connection, HistoryError> {
+    let conn = Connection::open(path).map_err(sqlite("open the history database", path))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(sqlite("configure the history database", path))?;
+    let _: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+        .map_err(sqlite("switch the history database to WAL", path))?;
+    conn.execute_batch("PRAGMA synchronous=NORMAL;")
+        .map_err(sqlite("configure the history database", path))?;
+    conn.execute_batch(SCHEMA)
+        .map_err(sqlite("create the history tables", path))?;
+    Ok(conn)
+}
+
+pub(super) fn prune(conn: &Connection, r: &Retention) -> rusqlite::Result<()> {
+    if let Some(age) = r.max_age {
+        let cutoff = now() - age.as_secs_f64();
+        conn.execute("DELETE FROM cells WHERE started_at < ?1", params![cutoff])?;
+    }
+    if r.max_rows > 0 {
+        let newest_gone: Option<i64> = conn
+            .query_row(
+                "SELECT id FROM cells ORDER BY id DESC LIMIT 1 OFFSET ?1",
+                params![r.max_rows as i64],
+                |row| row.get(0),
+            )
+            .optional()?;
+        if let Some(id) = newest_gone {
+            conn.execute("DELETE FROM cells WHERE id <= ?1", params![id])?;
+        }
+    }
+    Ok(())
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The writer thread: commit rows in batches until every sender is gone.
+pub(super) fn writer(mut conn: Connection, rx: mpsc::Receiver<Msg>, r: Retention, path: &Path) {
+    let mut since_prune = 0u64;
+    while let Ok(first) = rx.recv() {
+        // Linger a little so a busy daemon commits many rows at once
+        // instead of waking and committing per cell; a flush (or the
+        // senders going away) commits at once.
+        let deadline = Instant::now() + LINGER;
+        let mut flushing = matches!(first, Msg::Flush(_));
+        let mut batch = vec![first];
+        while batch.len() < BATCH && !flushing {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(m) => {
+                    flushing = matches!(m, Msg::Flush(_));
+                    batch.push(m);
+                }
+                Err(_) => break,
+            }
+        }
+        let mut flushes = Vec::new();
+        let mut rows = Vec::new();
+        for m in batch {
+            match m {
+                Msg::Row(e) => rows.push(e),
+                Msg::Flush(done) => flushes.push(done),
+            }
+        }
+        if !rows.is_empty() {
+            since_prune += rows.len() as u64;
+            if let Err(e) = insert(&mut conn, &rows) {
+                eprintln!(
+                    "cellhost: failed to record {} cell(s) in the history database {}: {e}",
+                    rows.len(),
+                    path.display()
+                );
+            }
+            if since_prune >= PRUNE_EVERY {
+                since_prune = 0;
+                if let Err(e) = prune(&conn, &r) {
+                    eprintln!("cellhost: failed to apply history retention: {e}");
+                }
+            }
+        }
+        for done in flushes {
+            let _ = done.send(());
+        }
+    }
+}
+
+fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result<()> {
+    let tx = conn.transaction()?;
+    {
+        let mut stmt = tx.prepare_cached(
+            "INSERT INTO cells (session, child, code, status, stdout, stderr, value, error,
+             started_at, duration_seconds, execution_count, kernel_id, tool_calls_made,
+             state_reset, state_lost, note)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+        )?;
+        for e in rows {
+            stmt.execute(params![
+                e.session,
+                e.child,
+                e.code,
+                e.status,
+                e.stdout,
+                e.stderr,
+                e.value,
+                e.error,
+                e.started_at,
+                e.duration_seconds,
+                e.execution_count as i64,
+                e.kernel_id,
+                e.tool_calls_made as i64,
+                e.state_reset,
+                e.state_lost,
+                e.note,
+            ])?;
+        }
+    }
+    tx.commit()
+}
+
+pub(super) fn query(
+    path: &Path,
+    session: Option<&str>,
+    limit: usize,
+) -> Result<Vec<HistoryEntry>, HistoryError> {
+    let err = || sqlite("read the history database", path);
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(err())?;
+    conn.busy_timeout(Duration::from_secs(5)).map_err(err())?;
+    let cols = "id, session, child, code, status, stdout, stderr, value, error, started_at,
+                duration_seconds, execution_count, kernel_id, tool_calls_made, state_reset,
+                state_lost, note";
+    let limit = limit.min(i64::MAX as usize) as i64;
+    let mut rows: Vec<HistoryEntry> = match session {
+        Some(s) => {
+            let mut stmt = conn
+                .prepare(&format!(
+                    "SELECT {cols} FROM cells WHERE session = ?1 ORDER BY id DESC LIMIT ?2"
+                ))
+                .map_err(err())?;
+            let it = stmt.query_map(params![s, limit], row).map_err(err())?;
+            it.collect::<Result<_, _>>().map_err(err())?
+        }
+        None => {
+            let mut stmt = conn
+                .prepare(&format!(
+                    "SELECT {cols} FROM cells ORDER BY id DESC LIMIT ?1"
+                ))
+                .map_err(err())?;
+            let it = stmt.query_map(params![limit], row).map_err(err())?;
+            it.collect::<Result<_, _>>().map_err(err())?
+        }
+    };
+    rows.reverse();
+    Ok(rows)
+}
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryEntry> {
+    Ok(HistoryEntry {
+        id: r.get(0)?,
+        session: r.get(1)?,
+        child: r.get(2)?,
+        code: r.get(3)?,
+        status: r.get(4)?,
+        stdout: r.get(5)?,
+        stderr: r.get(6)?,
+        value: r.get(7)?,
+        error: r.get(8)?,
+        started_at: r.get(9)?,
+        duration_seconds: r.get(10)?,
+        execution_count: r.get::<_, i64>(11)? as u64,
+        kernel_id: r.get(12)?,
+        tool_calls_made: r.get::<_, i64>(13)? as u64,
+        state_reset: r.get(14)?,
+        state_lost: r.get(15)?,
+        note: r.get(16)?,
+    })
+}

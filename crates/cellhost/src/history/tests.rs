@@ -1,0 +1,121 @@
+use super::*;
+use cellhost_protocol::{KernelInfo, Status, Truncated};
+
+fn result(stdout: &str) -> CellResult {
+    CellResult {
+        status: Status::Success,
+        stdout: stdout.into(),
+        stderr: String::new(),
+        value: Some("2".into()),
+        error: None,
+        traceback: None,
+        displays: vec![],
+        truncated: Truncated::default(),
+        tool_calls_made: 1,
+        duration_seconds: 0.01,
+        kernel: KernelInfo {
+            id: "k-1".into(),
+            execution_count: 3,
+            ..KernelInfo::default()
+        },
+    }
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+}
+
+use std::time::SystemTime;
+
+#[test]
+fn rows_survive_reopening_and_come_back_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h/history.sqlite");
+    let h = History::open(&path, &HistoryConfig::default(), []).unwrap();
+    for i in 0..5 {
+        h.record(HistoryEntry::of(
+            "s1",
+            None,
+            &format!("x={i}"),
+            now(),
+            &result("out"),
+        ));
+    }
+    h.record(HistoryEntry::of("s2", Some("c"), "y", now(), &result("")));
+    h.close();
+    let h = History::open(&path, &HistoryConfig::default(), []).unwrap();
+    let rows = h.session("s1", 3).unwrap();
+    let codes: Vec<_> = rows.iter().map(|r| r.code.as_str()).collect();
+    assert_eq!(codes, ["x=2", "x=3", "x=4"]);
+    assert_eq!(rows[0].kernel_id, "k-1");
+    assert_eq!((rows[0].execution_count, rows[0].tool_calls_made), (3, 1));
+    let other = h.session("s2", 10).unwrap();
+    assert_eq!(other[0].child.as_deref(), Some("c"));
+    assert_eq!(h.recent(100).unwrap().len(), 6);
+}
+
+#[test]
+fn retention_keeps_at_most_max_rows_and_drops_old_days() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.sqlite");
+    let config = HistoryConfig {
+        max_rows: 10,
+        max_days: 1,
+        ..HistoryConfig::default()
+    };
+    let h = History::open(&path, &config, []).unwrap();
+    h.record(HistoryEntry::of(
+        "old",
+        None,
+        "x",
+        now() - 3.0 * 86_400.0,
+        &result(""),
+    ));
+    for i in 0..(PRUNE_EVERY + 5) {
+        h.record(HistoryEntry::of(
+            "s",
+            None,
+            &format!("{i}"),
+            now(),
+            &result(""),
+        ));
+    }
+    h.close();
+    let h = History::open(&path, &config, []).unwrap();
+    let all = h.recent(1000).unwrap();
+    assert_eq!(all.len(), 10);
+    assert_eq!(all.last().unwrap().code, format!("{}", PRUNE_EVERY + 4));
+    assert!(h.session("old", 10).unwrap().is_empty());
+}
+
+#[test]
+fn secrets_in_code_are_redacted_before_they_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.sqlite");
+    let h = History::open(
+        &path,
+        &HistoryConfig::default(),
+        ["s3cr3tvalue!".to_owned()],
+    )
+    .unwrap();
+    let code = "key = 'sk-abcdefghijklmnopqrstuvwxyz012345'; pw = 's3cr3tvalue!'";
+    h.record(HistoryEntry::of("s", None, code, now(), &result("")));
+    h.flush();
+    let row = &h.session("s", 1).unwrap()[0];
+    assert!(!row.code.contains("abcdefghijklmnop"), "{}", row.code);
+    assert!(!row.code.contains("s3cr3tvalue!"), "{}", row.code);
+    let raw = std::fs::read(&path).unwrap();
+    assert!(!raw.windows(12).any(|w| w == b"s3cr3tvalue!"));
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.sqlite");
+    std::fs::write(&path, vec![b'x'; 4096]).unwrap();
+    let err = History::open(&path, &HistoryConfig::default(), []).unwrap_err();
+    assert!(err.to_string().contains("history"), "{err}");
+}

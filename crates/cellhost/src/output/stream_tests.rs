@@ -1,0 +1,120 @@
+use std::sync::{Arc, Mutex};
+
+use super::*;
+
+fn tap(budget: usize, secrets: &[&str]) -> (LineTap, Arc<Mutex<Vec<String>>>) {
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let sink = got.clone();
+    let cleaner = Cleaner::new(secrets.iter().map(|s| s.to_string()));
+    let t = LineTap::new(
+        "stdout",
+        budget,
+        cleaner,
+        Box::new(move |s| sink.lock().unwrap().push(s)),
+    );
+    (t, got)
+}
+
+fn joined(got: &Arc<Mutex<Vec<String>>>) -> String {
+    got.lock().unwrap().concat()
+}
+
+#[test]
+fn whole_lines_are_released_and_a_partial_line_waits_for_flush() {
+    let (mut t, got) = tap(1000, &[]);
+    t.push(b"one\ntw");
+    assert_eq!(*got.lock().unwrap(), vec!["one\n".to_owned()]);
+    t.push(b"o\nthree");
+    assert_eq!(joined(&got), "one\ntwo\n");
+    t.flush();
+    assert_eq!(joined(&got), "one\ntwo\nthree");
+}
+
+#[test]
+fn a_token_split_across_reads_is_never_streamed() {
+    let (mut t, got) = tap(10_000, &[]);
+    let token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789AB";
+    let line = format!("token={token} \x1b[31mred\x1b[0m\n");
+    let (a, b) = line.as_bytes().split_at(12);
+    t.push(a);
+    t.push(b);
+    t.flush();
+    let out = joined(&got);
+    assert!(!out.contains("abcdefghijklmnop"), "{out}");
+    assert!(out.contains("[REDACTED:github_token]"), "{out}");
+    assert!(out.contains("red") && !out.contains('\x1b'), "{out}");
+}
+
+#[test]
+fn a_private_key_block_is_held_until_its_end_line() {
+    let (mut t, got) = tap(100_000, &[]);
+    t.push(b"before\n-----BEGIN RSA PRIVATE KEY-----\nMIIEsecretline1\n");
+    assert_eq!(joined(&got), "before\n");
+    t.push(b"MIIEsecretline2\n-----END RSA PRIVATE KEY-----\nafter\n");
+    let out = joined(&got);
+    assert!(!out.contains("MIIEsecret"), "{out}");
+    assert!(
+        out.contains("[REDACTED:private_key]") && out.ends_with("after\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_endless_key_block_is_redacted_and_dropped() {
+    let (mut t, got) = tap(10_000_000, &[]);
+    t.push(b"-----BEGIN PRIVATE KEY-----\n");
+    for _ in 0..2000 {
+        t.push(b"MIIEsecretsecretsecretsecretsecretsecretsecret\n");
+    }
+    t.push(b"-----END PRIVATE KEY-----\nvisible\n");
+    t.flush();
+    let out = joined(&got);
+    assert!(!out.contains("MIIEsecret"), "{out}");
+    assert!(out.contains("[REDACTED:private_key]"), "{out}");
+    assert!(out.ends_with("visible\n"), "{out}");
+}
+
+#[test]
+fn secret_values_from_the_env_are_redacted() {
+    let (mut t, got) = tap(1000, &["hunter2hunter2"]);
+    t.push(b"pw hunter2");
+    t.push(b"hunter2 ok\n");
+    assert_eq!(joined(&got), "pw [REDACTED:secret] ok\n");
+}
+
+#[test]
+fn streaming_stops_at_the_budget_and_says_so() {
+    let (mut t, got) = tap(100, &[]);
+    for _ in 0..50 {
+        t.push(b"0123456789\n");
+    }
+    t.flush();
+    let out = joined(&got);
+    assert!(
+        out.contains("streaming of stdout stopped after 100 bytes"),
+        "{out}"
+    );
+    let before = out.split("\n[cellhost").next().unwrap();
+    assert!(before.len() <= 100, "{}", before.len());
+    let n = got.lock().unwrap().len();
+    t.push(b"more\n");
+    assert_eq!(got.lock().unwrap().len(), n, "nothing after the stop");
+}
+
+#[test]
+fn a_long_line_without_newline_is_released_at_a_space() {
+    let (mut t, got) = tap(1_000_000, &[]);
+    let word = "x".repeat(100);
+    for _ in 0..(HOLD_MAX / 100 + 5) {
+        t.push(format!("{word} ").as_bytes());
+    }
+    assert!(!got.lock().unwrap().is_empty());
+    assert!(joined(&got).ends_with(' '));
+}
+
+#[test]
+fn carriage_returns_end_a_line_for_progress_bars() {
+    let (mut t, got) = tap(1000, &[]);
+    t.push(b"10%\r20%\r");
+    assert_eq!(joined(&got), "10%\r20%\r");
+}
