@@ -5,14 +5,17 @@
 //! must not silently fall back to a default. Each section lives in its own
 //! module next to the concept it configures; the README documents every key.
 
+mod backends;
 mod lifecycle;
 mod limits;
 mod sandbox;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use backends::{BackendConfig, DockerConfig, KubectlConfig, RemoteCommon, SshConfig};
 pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;
 pub use sandbox::{Profile, SandboxConfig};
@@ -27,6 +30,10 @@ pub struct Config {
     pub sandbox: SandboxConfig,
     /// `[limits]`: per-kernel resource limits.
     pub limits: LimitsConfig,
+    /// The backend of requests that name none (default `"local"`).
+    pub default_backend: Option<String>,
+    /// `[backends.NAME]`: remote kernels over ssh, docker or kubectl.
+    pub backends: BTreeMap<String, BackendConfig>,
 }
 
 /// Why a configuration file could not be used.
@@ -69,7 +76,16 @@ impl Config {
     fn validate(&self) -> Result<(), String> {
         self.lifecycle.validate()?;
         self.sandbox.validate()?;
-        self.limits.validate()
+        self.limits.validate()?;
+        for (name, backend) in &self.backends {
+            backend.validate(name)?;
+        }
+        match &self.default_backend {
+            Some(name) if name != "local" && !self.backends.contains_key(name) => Err(format!(
+                "default_backend = {name:?} names no backend: add a [backends.{name}] section or use \"local\""
+            )),
+            _ => Ok(()),
+        }
     }
 }
 

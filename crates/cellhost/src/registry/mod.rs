@@ -86,6 +86,7 @@ struct State {
 
 struct Shared {
     opts: ManagerOptions,
+    backends: crate::remote::Backends,
     state: Mutex<State>,
     pool: pool::Pool,
     counters: Counters,
@@ -133,7 +134,12 @@ impl KernelManager {
             .await
             .unwrap_or_default()
         };
+        let ssh_dir = match opts.kernel.staging_root.parent() {
+            Some(runtime) => crate::remote::ssh_dir(runtime),
+            None => crate::remote::ssh_dir(&opts.data_dir),
+        };
         let shared = Arc::new(Shared {
+            backends: crate::remote::Backends::new(&opts.backends, &ssh_dir),
             pool: pool::Pool::new(opts.warm_pool),
             opts,
             state: Mutex::new(State::default()),
@@ -172,10 +178,16 @@ impl KernelManager {
         cell: Cell,
     ) -> Result<CellResult, ManagerError> {
         validate_owner(owner)?;
+        let mut spec = spec.clone();
+        let backend = spec
+            .backend
+            .take()
+            .or_else(|| self.shared.opts.default_backend.clone())
+            .unwrap_or_else(|| "local".to_owned());
         let key = KernelKey {
             owner: owner.to_owned(),
-            backend: "local".to_owned(),
-            spec: spec.clone(),
+            backend,
+            spec,
         };
         loop {
             let slot = self.check_out(&key)?;
@@ -307,6 +319,15 @@ impl KernelManager {
         // A miss (an empty pool, or dead pooled kernels) asks for a refill
         // too: refills otherwise follow only pool hits.
         let mut refill = false;
+        if key.backend != "local" {
+            let k = self
+                .shared
+                .backends
+                .spawn(&key.backend, self.placement(key))
+                .await?;
+            self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
+            return Ok((k, false));
+        }
         if key.spec.is_default_process() && self.shared.pool.target() > 0 {
             refill = true;
             if let Some((k, ws)) = self.shared.pool.take(&root) {
@@ -337,6 +358,22 @@ impl KernelManager {
         let k = Kernel::spawn(kernel).await?;
         self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
         Ok((k, refill))
+    }
+
+    /// What a remote kernel of `key` starts with.
+    fn placement<'a>(&self, key: &'a KernelKey) -> crate::remote::Placement<'a> {
+        crate::remote::Placement {
+            owner: &key.owner,
+            python: key.spec.python.as_deref(),
+            cwd: key.spec.cwd.as_deref(),
+            kernel: self.shared.opts.kernel.clone(),
+            idle_timeout: self.shared.opts.idle_timeout,
+        }
+    }
+
+    /// The configured remote backends (fleet loads, placement).
+    pub fn backends(&self) -> &crate::remote::Backends {
+        &self.shared.backends
     }
 
     /// Interrupt the running cell of each of `owner`'s kernels (not its
@@ -472,7 +509,10 @@ impl KernelManager {
                     } else {
                         now.duration_since(meta.last_used).as_secs_f64()
                     },
-                    rss_bytes: pid.and_then(crate::kernel::rss_bytes),
+                    // A remote kernel's pid is on another host.
+                    rss_bytes: pid
+                        .filter(|_| slot.key.backend == "local")
+                        .and_then(crate::kernel::rss_bytes),
                 }
             })
             .collect();
@@ -530,6 +570,7 @@ impl KernelManager {
         for dir in pool_dirs {
             workspace::remove(&root, &dir);
         }
+        self.shared.backends.shutdown().await;
     }
 }
 

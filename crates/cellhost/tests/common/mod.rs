@@ -3,6 +3,7 @@
 
 pub mod display;
 pub mod registry;
+pub mod remote;
 
 use std::time::{Duration, Instant};
 
