@@ -95,6 +95,8 @@ impl Finisher<'_> {
                 c.finish(self.cleaner).text
             })
         };
+        // Raw spill files of cut streams go here.
+        let _ = private_dir(self.spill_dir);
         let tag = super::short_hash(&format!("{}-{}", info.id, info.execution_count));
         let capture = |bytes: &[u8], stream: &str| {
             let mut c = Capture::new(

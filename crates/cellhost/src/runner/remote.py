@@ -27,6 +27,7 @@ import signal
 DIR = sys.argv[2]
 MAX_STREAM = 8 << 20
 
+sys.dont_write_bytecode = True  # the kernel dir holds only what was shipped
 sys.path.insert(0, DIR)
 import runner as R  # noqa: E402  (the shipped runner.py)
 
@@ -42,7 +43,10 @@ def _read_env():
             for line in f.read().decode().splitlines():
                 name, _, value = line.partition("=")
                 if name == "CELLHOST_RPC_TOKEN":
-                    _token = value  # for the tools stub (Tool RPC)
+                    # For the tools stub (Tool RPC): kept in memory only,
+                    # never in the environment cells and children inherit.
+                    _token = value
+                    R._rpc_token = value
         os.unlink(path)
     except OSError:
         pass
