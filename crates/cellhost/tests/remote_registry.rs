@@ -1,0 +1,159 @@
+//! The registry's rules hold for remote kernels too (real sshd, started by
+//! scripts/test): tool sets, children, disposal, idle reaping, LRU
+//! eviction that skips busy kernels, per-request backends, and placement
+//! on a fleet of two hosts.
+
+mod common;
+
+use std::time::Duration;
+
+use cellhost::registry::{child_owner, KernelSpec};
+use cellhost::{Cell, Status};
+use common::remote::{alive_via, env, fleet, remote_manager, run_spec, ssh, ssh_sh};
+
+fn on_host(s: &str) -> String {
+    ssh_sh(&env("CELLHOST_TEST_SSH_HOST"), s)
+}
+
+#[tokio::test]
+async fn a_changed_tool_set_spawns_a_fresh_remote_kernel() {
+    let m = remote_manager("box", ssh(), |o| o).await;
+    let a = KernelSpec::default().tools(["search"]);
+    let b = KernelSpec::default().tools(["search", "fetch"]);
+    let ra = run_spec(&m.manager, "s", &a, Cell::new("x = 'a'")).await;
+    let rb = run_spec(&m.manager, "s", &b, Cell::new("'x' in globals()")).await;
+    assert_eq!(rb.value.as_deref(), Some("False"));
+    assert_ne!(ra.kernel.pid, rb.kernel.pid);
+    let again = run_spec(&m.manager, "s", &a, Cell::new("x")).await;
+    assert_eq!(again.value.as_deref(), Some("'a'"));
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn children_get_their_own_kernels_and_disposal_reaps_only_that_owner() {
+    let m = remote_manager("box", ssh(), |o| o).await;
+    let child = child_owner("p", "c1").unwrap();
+    let p = m.run("p", "x = 'parent'").await.kernel.pid.unwrap();
+    let c = m.run(&child, "'x' in globals()").await;
+    assert_eq!(
+        c.value.as_deref(),
+        Some("False"),
+        "a child never shares state"
+    );
+    let c = c.kernel.pid.unwrap();
+    let q = m.run("q", "x = 'other'").await.kernel.pid.unwrap();
+    assert_eq!(m.manager.dispose_child("p", "c1").await.unwrap(), 1);
+    assert!(!alive_via(on_host, c) && alive_via(on_host, p));
+    assert_eq!(m.manager.dispose_owner("p").await, 1);
+    assert!(!alive_via(on_host, p), "the owner's runner is gone");
+    assert!(alive_via(on_host, q), "another owner's runner is untouched");
+    assert_eq!(m.run("q", "x").await.value.as_deref(), Some("'other'"));
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn idle_remote_kernels_are_reaped_and_the_owner_is_told() {
+    let m = remote_manager("box", ssh(), |o| {
+        o.idle_timeout(Some(Duration::from_millis(300)))
+    })
+    .await;
+    let pid = m.run("s", "x = 1").await.kernel.pid.unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    m.manager.housekeep().await;
+    assert!(m.manager.list().is_empty());
+    assert!(!alive_via(on_host, pid), "the reaped runner is killed");
+    let r = m.run("s", "'x' in globals()").await;
+    assert_eq!(r.value.as_deref(), Some("False"));
+    assert!(r.kernel.note.unwrap().contains("idle"));
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn lru_eviction_applies_to_remote_kernels_and_skips_a_busy_one() {
+    let m = remote_manager("box", ssh(), |o| o.max_kernels(1)).await;
+    let a = m.run("a", "x = 1").await.kernel.pid.unwrap();
+    let b = m.run("b", "x = 2").await.kernel.pid.unwrap();
+    assert!(!alive_via(on_host, a), "a was least recently used");
+    let r = m.run("a", "'x' in globals()").await;
+    assert!(r.kernel.note.unwrap().contains("evicted"));
+    assert!(!alive_via(on_host, b));
+    // A busy kernel is never the victim: b's cell finishes, with its state.
+    m.run("b", "y = 5").await;
+    let busy = tokio::spawn({
+        let m = m.manager.clone();
+        async move {
+            m.execute("b", Cell::new("import time; time.sleep(1.5); y"))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    m.run("c", "1").await;
+    let r = busy.await.unwrap().unwrap();
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert_eq!(r.value.as_deref(), Some("5"));
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_request_picks_its_backend_and_local_stays_the_default_otherwise() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = common::registry::manager_options(&dir).backend("box", ssh());
+    let m = cellhost::registry::KernelManager::start(opts).await;
+    let local = m
+        .execute("s", Cell::new("import os; os.getpid()"))
+        .await
+        .unwrap();
+    assert_eq!(local.kernel.backend, "local");
+    let remote = KernelSpec::default().backend("box");
+    let r = run_spec(
+        &m,
+        "s",
+        &remote,
+        Cell::new("import os; os.environ.get('SSH_CONNECTION', '')"),
+    )
+    .await;
+    assert_eq!(r.kernel.backend, "box");
+    assert!(r.value.unwrap().contains("127.0.0.1"), "ran over ssh");
+    let e = m
+        .execute_with("s", &KernelSpec::default().backend("nope"), Cell::new("1"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[backends.nope]") && e.contains("box"), "{e}");
+    let kinds: Vec<String> = m.list().into_iter().map(|k| k.backend).collect();
+    assert!(
+        kinds.contains(&"local".into()) && kinds.contains(&"box".into()),
+        "{kinds:?}"
+    );
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_fleet_places_new_owners_on_the_least_loaded_host_and_keeps_owners_put() {
+    let m = remote_manager("fleet", fleet(), |o| o).await;
+    let server = "import os; os.environ['SSH_CONNECTION'].split()[2]";
+    let a = m.run("a", server).await.value.unwrap();
+    let b = m.run("b", server).await.value.unwrap();
+    assert_ne!(a, b, "two owners on two hosts");
+    let hosts = [
+        env("CELLHOST_TEST_SSH_HOST"),
+        env("CELLHOST_TEST_SSH_HOST2"),
+    ];
+    for v in [&a, &b] {
+        assert!(hosts.iter().any(|h| v.contains(h.as_str())), "{v}");
+    }
+    let tools = KernelSpec::default().tools(["t"]);
+    let a2 = run_spec(&m.manager, "a", &tools, Cell::new(server))
+        .await
+        .value
+        .unwrap();
+    assert_eq!(a2, a, "an owner's second kernel stays on its host");
+    let loads = m.manager.backends().host_loads("fleet");
+    assert_eq!(loads.iter().map(|(_, n)| n).sum::<usize>(), 3, "{loads:?}");
+    m.manager.shutdown().await;
+    let loads = m.manager.backends().host_loads("fleet");
+    assert!(
+        loads.iter().all(|(_, n)| *n == 0),
+        "leases end with their kernels: {loads:?}"
+    );
+}
