@@ -157,3 +157,69 @@ async fn a_fleet_places_new_owners_on_the_least_loaded_host_and_keeps_owners_put
         "leases end with their kernels: {loads:?}"
     );
 }
+
+#[tokio::test]
+async fn an_interrupt_from_the_host_stops_a_remote_cell_and_keeps_state() {
+    let m = remote_manager("box", ssh(), |o| o).await;
+    m.run("s", "x = 3").await;
+    let running = tokio::spawn({
+        let m = m.manager.clone();
+        async move {
+            m.execute("s", Cell::new("import time\nwhile True: time.sleep(0.05)"))
+                .await
+        }
+    });
+    let busy = common::registry::eventually(Duration::from_secs(10), || {
+        m.manager
+            .list()
+            .iter()
+            .any(|k| k.state == cellhost::KernelState::Busy)
+    })
+    .await;
+    assert!(busy);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(m.manager.interrupt("s").await, 1);
+    let r = running.await.unwrap().unwrap();
+    assert_eq!(r.status, Status::Interrupted, "{r:?}");
+    assert!(!r.kernel.state_lost);
+    assert_eq!(m.run("s", "x").await.value.as_deref(), Some("3"));
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_session_default_backend_applies_to_the_session_and_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = common::registry::manager_options(&dir).backend("box", ssh());
+    let m = cellhost::registry::KernelManager::start(opts).await;
+    let e = m
+        .backends()
+        .set_session_default("s", Some("nope"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("[backends.nope]"), "{e}");
+    m.backends().set_session_default("s", Some("box")).unwrap();
+    let r = m.execute("s", Cell::new("1")).await.unwrap();
+    assert_eq!(r.kernel.backend, "box");
+    let child = child_owner("s", "c").unwrap();
+    assert_eq!(
+        m.execute(&child, Cell::new("1"))
+            .await
+            .unwrap()
+            .kernel
+            .backend,
+        "box"
+    );
+    assert_eq!(
+        m.execute("t", Cell::new("1")).await.unwrap().kernel.backend,
+        "local"
+    );
+    let local = KernelSpec::default().backend("local");
+    assert_eq!(
+        run_spec(&m, "s", &local, Cell::new("1"))
+            .await
+            .kernel
+            .backend,
+        "local"
+    );
+    m.shutdown().await;
+}

@@ -19,6 +19,7 @@ mod key;
 mod options;
 mod pool;
 mod recovery;
+mod remote;
 mod slot;
 mod workspace;
 
@@ -134,12 +135,8 @@ impl KernelManager {
             .await
             .unwrap_or_default()
         };
-        let ssh_dir = match opts.kernel.staging_root.parent() {
-            Some(runtime) => crate::remote::ssh_dir(runtime),
-            None => crate::remote::ssh_dir(&opts.data_dir),
-        };
         let shared = Arc::new(Shared {
-            backends: crate::remote::Backends::new(&opts.backends, &ssh_dir),
+            backends: remote::backends(&opts),
             pool: pool::Pool::new(opts.warm_pool),
             opts,
             state: Mutex::new(State::default()),
@@ -178,17 +175,7 @@ impl KernelManager {
         cell: Cell,
     ) -> Result<CellResult, ManagerError> {
         validate_owner(owner)?;
-        let mut spec = spec.clone();
-        let backend = spec
-            .backend
-            .take()
-            .or_else(|| self.shared.opts.default_backend.clone())
-            .unwrap_or_else(|| "local".to_owned());
-        let key = KernelKey {
-            owner: owner.to_owned(),
-            backend,
-            spec,
-        };
+        let key = remote::key_for(&self.shared.opts, &self.shared.backends, owner, spec);
         loop {
             let slot = self.check_out(&key)?;
             let _in_flight = InFlight(&slot);
@@ -320,11 +307,7 @@ impl KernelManager {
         // too: refills otherwise follow only pool hits.
         let mut refill = false;
         if key.backend != "local" {
-            let k = self
-                .shared
-                .backends
-                .spawn(&key.backend, self.placement(key))
-                .await?;
+            let k = remote::spawn(&opts, &self.shared.backends, key).await?;
             self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
             return Ok((k, false));
         }
@@ -360,18 +343,7 @@ impl KernelManager {
         Ok((k, refill))
     }
 
-    /// What a remote kernel of `key` starts with.
-    fn placement<'a>(&self, key: &'a KernelKey) -> crate::remote::Placement<'a> {
-        crate::remote::Placement {
-            owner: &key.owner,
-            python: key.spec.python.as_deref(),
-            cwd: key.spec.cwd.as_deref(),
-            kernel: self.shared.opts.kernel.clone(),
-            idle_timeout: self.shared.opts.idle_timeout,
-        }
-    }
-
-    /// The configured remote backends (fleet loads, placement).
+    /// The remote backends (session defaults, fleet loads, placement).
     pub fn backends(&self) -> &crate::remote::Backends {
         &self.shared.backends
     }
@@ -509,7 +481,6 @@ impl KernelManager {
                     } else {
                         now.duration_since(meta.last_used).as_secs_f64()
                     },
-                    // A remote kernel's pid is on another host.
                     rss_bytes: pid
                         .filter(|_| slot.key.backend == "local")
                         .and_then(crate::kernel::rss_bytes),

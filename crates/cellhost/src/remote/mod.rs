@@ -22,9 +22,9 @@ mod script;
 mod ssh;
 mod transport;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use docker::DockerTransport;
@@ -57,11 +57,20 @@ enum Backend {
     Kubectl(BackendConfig, Arc<KubectlTransport>),
 }
 
-/// The configured remote backends of one manager, by name. Cheap to
-/// clone.
+/// The configured remote backends of one manager, by name, and each
+/// session's default backend. Cheap to clone.
 #[derive(Debug, Clone, Default)]
 pub struct Backends {
     map: Arc<BTreeMap<String, Backend>>,
+    sessions: Arc<Mutex<HashMap<String, String>>>,
+}
+
+/// A backend name that is not configured.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown backend {name:?}: add a [backends.{name}] section to cellhost.toml or use \"local\" (configured: {known})")]
+pub struct UnknownBackend {
+    name: String,
+    known: String,
 }
 
 /// What a remote kernel is started with besides its backend.
@@ -102,7 +111,49 @@ impl Backends {
             })
             .collect();
         let _ = crate::kernel::private_dir(ssh_dir);
-        Backends { map: Arc::new(map) }
+        Backends {
+            map: Arc::new(map),
+            sessions: Arc::default(),
+        }
+    }
+
+    /// Make `name` the backend of `session`'s cells (and its delegated
+    /// children's) whose spec names none; `None` goes back to the
+    /// manager's default. A cell's own `backend` still wins.
+    ///
+    /// # Errors
+    /// [`UnknownBackend`] when `name` is neither `"local"` nor configured.
+    pub fn set_session_default(
+        &self,
+        session: &str,
+        name: Option<&str>,
+    ) -> Result<(), UnknownBackend> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        match name {
+            None => {
+                sessions.remove(session);
+            }
+            Some(n) if n == "local" || self.map.contains_key(n) => {
+                sessions.insert(session.to_owned(), n.to_owned());
+            }
+            Some(n) => {
+                return Err(UnknownBackend {
+                    name: n.to_owned(),
+                    known: self.names().join(", "),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// The default backend of `owner`'s session, if one was set.
+    pub fn session_default(&self, owner: &str) -> Option<String> {
+        let session = owner
+            .split(crate::registry::CHILD_SEPARATOR)
+            .next()
+            .unwrap_or(owner);
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.get(session).cloned()
     }
 
     pub fn names(&self) -> Vec<String> {
