@@ -307,7 +307,7 @@ impl KernelManager {
         // too: refills otherwise follow only pool hits.
         let mut refill = false;
         if key.backend != "local" {
-            let k = remote::spawn(&opts, &self.shared.backends, key).await?;
+            let k = remote::spawn(opts, &self.shared.backends, key).await?;
             self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
             return Ok((k, false));
         }
