@@ -273,12 +273,12 @@ async fn remote_output_goes_through_the_same_pipeline() {
     let r = m
         .run(
             "s",
-            "import os; os.system('echo from-a-child'); print('\\x1b[31mred\\x1b[0m')",
+            "import os\nprint('first')\nos.system('echo from-a-child')\nprint('\\x1b[31mred\\x1b[0m')",
         )
         .await;
     assert_eq!(
-        r.stdout, "from-a-child\nred\n",
-        "fd-level capture, ANSI stripped"
+        r.stdout, "first\nfrom-a-child\nred\n",
+        "fd-level capture in order, ANSI stripped"
     );
     let r = m
         .run(

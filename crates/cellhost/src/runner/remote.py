@@ -127,6 +127,13 @@ def _setup(chdir):
         faulthandler.enable(file=sys.__stderr__)
     except Exception:
         pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            # As runner.py does: one write per line keeps print() in order
+            # with os.write and child processes.
+            stream.reconfigure(encoding="utf-8", errors="backslashreplace", line_buffering=True)
+        except Exception:
+            pass
     if chdir:
         os.chdir(chdir)
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.abspath(DIR):
