@@ -25,6 +25,7 @@ pub mod percent;
 pub mod registry;
 pub mod remote;
 pub mod sandbox;
+pub mod tools;
 
 pub use cellhost_protocol::{
     CellResult, DisplayItem, KernelInfo, KernelState, KernelSummary, Status, Truncated,
@@ -33,3 +34,4 @@ pub use interpreter::{Interpreter, InterpreterError};
 pub use kernel::{Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SpawnError};
 pub use output::OutputLimits;
 pub use sandbox::{ResourceLimits, Sandbox, StrictSandbox};
+pub use tools::{FnTool, Tool, ToolError, ToolSet};

@@ -156,10 +156,11 @@ async fn cells_for_one_owner_run_in_arrival_order() {
 
 #[tokio::test]
 async fn a_different_tool_set_or_cwd_gets_a_different_kernel() {
-    let m = plain().await;
+    let log = common::tools::Log::default();
+    let m = manager_with(|o| o.tools(common::tools::toolset(&log))).await;
     let dir = tempfile::tempdir().unwrap();
-    let tools_ab = KernelSpec::default().tools(["b", "a"]);
-    let tools_ba = KernelSpec::default().tools(["a", "b"]);
+    let tools_ab = KernelSpec::default().tools(["noop", "echo"]);
+    let tools_ba = KernelSpec::default().tools(["echo", "noop"]);
     let in_dir = KernelSpec::default().cwd(dir.path());
     let run = |spec: &KernelSpec, code: &str| {
         let spec = spec.clone();

@@ -17,15 +17,30 @@ fn on_host(s: &str) -> String {
 
 #[tokio::test]
 async fn a_changed_tool_set_spawns_a_fresh_remote_kernel() {
-    let m = remote_manager("box", ssh(), |o| o).await;
-    let a = KernelSpec::default().tools(["search"]);
-    let b = KernelSpec::default().tools(["search", "fetch"]);
+    let log = common::tools::Log::default();
+    let m = remote_manager("box", ssh(), |o| o.tools(common::tools::toolset(&log))).await;
+    let a = KernelSpec::default().tools(["echo"]);
+    let b = KernelSpec::default().tools(["echo", "noop"]);
     let ra = run_spec(&m.manager, "s", &a, Cell::new("x = 'a'")).await;
     let rb = run_spec(&m.manager, "s", &b, Cell::new("'x' in globals()")).await;
     assert_eq!(rb.value.as_deref(), Some("False"));
     assert_ne!(ra.kernel.pid, rb.kernel.pid);
     let again = run_spec(&m.manager, "s", &a, Cell::new("x")).await;
     assert_eq!(again.value.as_deref(), Some("'a'"));
+    // Tool RPC is not served to remote kernels yet: a call says so.
+    let r = run_spec(
+        &m.manager,
+        "s",
+        &a,
+        Cell::new("import tools\ntools.echo(text='hi')"),
+    )
+    .await;
+    assert_eq!(r.status, Status::Error);
+    assert!(r
+        .error
+        .unwrap()
+        .contains("cannot be called from a remote kernel"));
+    assert!(log.names().is_empty(), "no call reached a tool");
     m.manager.shutdown().await;
 }
 
@@ -142,8 +157,8 @@ async fn a_fleet_places_new_owners_on_the_least_loaded_host_and_keeps_owners_put
     for v in [&a, &b] {
         assert!(hosts.iter().any(|h| v.contains(h.as_str())), "{v}");
     }
-    let tools = KernelSpec::default().tools(["t"]);
-    let a2 = run_spec(&m.manager, "a", &tools, Cell::new(server))
+    let other = KernelSpec::default().cwd("/tmp");
+    let a2 = run_spec(&m.manager, "a", &other, Cell::new(server))
         .await
         .value
         .unwrap();

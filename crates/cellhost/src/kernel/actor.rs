@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use super::display::Displays;
 use super::frame::Frame;
-use super::process::{private_dir, Exit, Process};
+use super::process::{private_dir, Exit, Process, Rpc};
 use super::record::KernelRecord;
 use super::report::{self, Report, Vacancy};
 use super::wait::{drain, pump, take_frames, wait_for_cell, Frames, Outcome, Streams};
@@ -28,6 +28,7 @@ use super::{Cell, Control, KernelError, KernelOptions, Observed, Request, SpawnE
 use crate::interpreter::Interpreter;
 use crate::output::{Capture, Cleaner};
 use crate::sandbox::{launch::ensure_workspace, Sandbox};
+use crate::tools::{self, Authority, DEFAULT_MAX_TOOL_CALLS};
 
 /// Bytes read from a pipe at a time.
 const READ_CHUNK: usize = 64 * 1024;
@@ -57,6 +58,8 @@ pub(crate) struct Actor {
     /// handle; `owned`: we made it, so it goes at shutdown.
     workspace: Option<PathBuf>,
     owned_workspace: bool,
+    /// The tool token and the running cell's authority.
+    rpc: Rpc,
     buf: Vec<u8>,
 }
 
@@ -91,14 +94,25 @@ impl Actor {
                 (Some(dir), owned)
             }
         };
-        let proc = match Process::spawn(&opts, &python, workspace.as_deref()).await {
+        let rpc = Rpc {
+            token: super::process::random_hex(16).into(),
+            slot: tools::AuthoritySlot::default(),
+        };
+        let proc = match Process::spawn(&opts, &python, workspace.as_deref(), &rpc).await {
             Ok(p) => p,
             Err(e) => {
                 remove_owned(workspace.as_deref(), owned_workspace);
                 return Err(e);
             }
         };
-        let cleaner = Cleaner::new(opts.env.secrets.iter().cloned());
+        // The tool token is a secret like the env's: never in output.
+        let cleaner = Cleaner::new(
+            opts.env
+                .secrets
+                .iter()
+                .cloned()
+                .chain([rpc.token.to_string()]),
+        );
         private_dir(&opts.spill_dir).map_err(|err| SpawnError::Io {
             about: "create the spill dir",
             err,
@@ -123,6 +137,7 @@ impl Actor {
             counters_stale: false,
             workspace,
             owned_workspace,
+            rpc,
             buf: vec![0; READ_CHUNK],
         };
         actor.adopt(proc);
@@ -320,10 +335,18 @@ impl Actor {
         // cell cannot be delivered (below), without a wait4() per cell.
         let timeout = cell.timeout.or(self.opts.default_timeout);
         self.streams.displays.begin(cell.events.take());
-        let request = Frame::new()
-            .with("op", "exec")
-            .with("code", cell.code.into_bytes())
-            .encode();
+        // A fresh authority for every cell (one without tools refuses
+        // calls with a reason), retired the moment it settles.
+        let tool_set = cell.tools.take();
+        let authority = tools::authority::install(
+            &self.rpc.slot,
+            Authority::new(
+                tool_set.clone(),
+                cell.allow.take(),
+                cell.max_tool_calls.unwrap_or(DEFAULT_MAX_TOOL_CALLS),
+            ),
+        );
+        let code = cell.code.into_bytes();
         let mut delivered_once = false;
         let (outcome, stop) = loop {
             if let Slot::Vacant(why) = &self.slot {
@@ -337,7 +360,14 @@ impl Actor {
                 {
                     self.workspace = Some(moved);
                 }
-                match Process::spawn(&self.opts, &self.python, self.workspace.as_deref()).await {
+                match Process::spawn(
+                    &self.opts,
+                    &self.python,
+                    self.workspace.as_deref(),
+                    &self.rpc,
+                )
+                .await
+                {
                     Ok(p) => {
                         self.adopt(p);
                         self.streams.out_eof = false;
@@ -357,6 +387,20 @@ impl Actor {
             self.observed
                 .execution_count
                 .store(proc.execution_count, Ordering::Relaxed);
+            let mut request = Frame::new().with("op", "exec").with("code", &code[..]);
+            if let Some(set) = &tool_set {
+                // The process's `tools` module, sent once per tool set.
+                if !proc.tools_installed.as_ref().is_some_and(|t| t.same(set)) {
+                    request = request
+                        .with("tools", set.module_source().as_bytes())
+                        .with("tools_max", self.opts.max_tool_payload.to_string());
+                    if let Some(why) = &proc.tools_unavailable {
+                        request = request.with("tools_error", why.as_bytes());
+                    }
+                    proc.tools_installed = Some(set.clone());
+                }
+            }
+            let request = request.encode();
             let waited = wait_for_cell(
                 proc,
                 &mut self.streams,
@@ -377,6 +421,9 @@ impl Actor {
                 other => break other,
             }
         };
+        // Settled: calls from now on (leftover threads) are refused, and
+        // calls still in flight are cancelled.
+        let tool_calls_made = authority.settle();
         let Slot::Live(proc) = &mut self.slot else {
             unreachable!("the process is vacated only below")
         };
@@ -385,6 +432,9 @@ impl Actor {
         // process finish exiting (atexit handlers) first.
         match &outcome {
             Outcome::Reply(frame) => {
+                if frame.int("tools_failed").is_some() {
+                    proc.tools_installed = None; // sent again with the next cell
+                }
                 let dropped = frame.int("displays_dropped").unwrap_or(0);
                 self.streams.displays.runner_dropped(
                     u32::try_from(dropped).unwrap_or(u32::MAX),
@@ -422,7 +472,9 @@ impl Actor {
         if let Some(v) = report.vacancy.take() {
             self.vacate(v).await;
         }
-        (Ok(self.finish(report, info, started)), shutdown)
+        let mut result = self.finish(report, info, started);
+        result.tool_calls_made = tool_calls_made;
+        (Ok(result), shutdown)
     }
 
     /// Turn the captures and the report into the cleaned, bounded result.

@@ -20,6 +20,7 @@ mod report;
 mod unix;
 mod wait;
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -32,6 +33,7 @@ use crate::env::ChildEnv;
 use crate::interpreter::{Interpreter, InterpreterError};
 use crate::output::OutputLimits;
 use crate::sandbox::{ResourceLimits, Sandbox, SandboxError};
+use crate::tools::ToolSet;
 
 pub(crate) use display::Displays;
 pub use display::{CellEvent, DisplayLimits};
@@ -80,6 +82,8 @@ pub struct KernelOptions {
     /// Per-kernel resource limits (default [`ResourceLimits::default`],
     /// in both profiles).
     pub limits: ResourceLimits,
+    /// Largest tool request or result in bytes (default 10 MB).
+    pub max_tool_payload: usize,
 }
 
 /// `$XDG_RUNTIME_DIR/cellhost`, or `<tmp>/cellhost-<uid>`.
@@ -108,6 +112,7 @@ impl Default for KernelOptions {
             record_dir: None,
             sandbox: Sandbox::None,
             limits: ResourceLimits::default(),
+            max_tool_payload: crate::tools::DEFAULT_MAX_PAYLOAD,
         }
     }
 }
@@ -172,6 +177,16 @@ pub struct Cell {
     /// Where to send [`CellEvent`]s (each display as it arrives) while the
     /// cell runs. The result still carries everything.
     pub events: Option<mpsc::UnboundedSender<CellEvent>>,
+    /// The tools of this kernel: the generated `tools` module has one
+    /// function per tool. `None`: no `tools` module, and calls are refused.
+    /// The manager always sets it from the kernel key's tool set (a cell's
+    /// own is replaced: only registered tools run).
+    pub tools: Option<ToolSet>,
+    /// This cell's allow-list, a subset of `tools` (`None`: all of them).
+    pub allow: Option<BTreeSet<String>>,
+    /// Most tool calls this cell may make (default
+    /// [`DEFAULT_MAX_TOOL_CALLS`](crate::tools::DEFAULT_MAX_TOOL_CALLS)).
+    pub max_tool_calls: Option<u32>,
 }
 
 impl Cell {
@@ -196,6 +211,28 @@ impl Cell {
     /// closed receiver is ignored; the cell runs on.
     pub fn events(mut self, sink: mpsc::UnboundedSender<CellEvent>) -> Cell {
         self.events = Some(sink);
+        self
+    }
+
+    /// Give the cell these tools (see [`Cell::tools`](Cell#structfield.tools)).
+    pub fn tools(mut self, tools: ToolSet) -> Cell {
+        self.tools = Some(tools);
+        self
+    }
+
+    /// Allow only these tools in this cell.
+    pub fn allow<I, S>(mut self, names: I) -> Cell
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.allow = Some(names.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// At most `n` tool calls in this cell.
+    pub fn max_tool_calls(mut self, n: u32) -> Cell {
+        self.max_tool_calls = Some(n);
         self
     }
 }

@@ -17,6 +17,7 @@ use super::unix;
 use super::{KernelOptions, SpawnError};
 use crate::sandbox::cgroup::KernelCgroup;
 use crate::sandbox::launch::{self, EnforcedLimits};
+use crate::tools::{AuthoritySlot, ToolServer, TOKEN_ENV};
 
 /// The runner script: its parts joined (compile.py and limits.py define
 /// what runner.py calls), shipped as one file so a kernel reads and
@@ -98,6 +99,14 @@ pub(crate) struct Process {
     /// not depend on the runner at all.
     watcher: Option<tokio::process::Child>,
     staging: PathBuf,
+    /// Serves this process's tool socket (none if it could not be made;
+    /// the cells' tool calls then fail with the reason).
+    _tools: Option<ToolServer>,
+    /// Why there is no tool server, told to the cells that call tools.
+    pub tools_unavailable: Option<String>,
+    /// The tool set whose `tools` module this process has (sent with the
+    /// first cell that has tools).
+    pub tools_installed: Option<crate::tools::ToolSet>,
     pub execution_count: u64,
     /// Set once the child has been reaped.
     pub exited: Option<Exit>,
@@ -109,6 +118,15 @@ pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).expect("OS random source");
     buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a kernel's tool calls need: the token its runner presents and the
+/// slot holding the running cell's authority. One per kernel handle, so a
+/// respawned process keeps the token (and its redaction).
+#[derive(Clone)]
+pub(crate) struct Rpc {
+    pub token: std::sync::Arc<str>,
+    pub slot: AuthoritySlot,
 }
 
 /// Create `dir` (and parents) with mode 0700; an existing dir must be a
@@ -151,6 +169,7 @@ impl Process {
         opts: &KernelOptions,
         python: &Path,
         workspace: Option<&Path>,
+        rpc: &Rpc,
     ) -> Result<Process, SpawnError> {
         let id = format!("k-{}", random_hex(6));
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
@@ -175,7 +194,26 @@ impl Process {
             f.write_all(source.as_bytes())
                 .map_err(io("write the runner script"))?;
         }
-        match Self::start(opts, python, id, staging.clone(), &script, workspace).await {
+        // Before the launch, so the sandbox hands it to the kernel uid with
+        // the rest of the staging dir.
+        let listener = ToolServer::bind(&staging).map_err(|e| {
+            format!(
+                "the tool socket could not be created in {} ({e}); a Unix socket path must stay \
+                 under 108 bytes, so choose a shorter runtime dir",
+                staging.display()
+            )
+        });
+        match Self::start(
+            opts,
+            python,
+            id,
+            staging.clone(),
+            &script,
+            workspace,
+            (listener, rpc),
+        )
+        .await
+        {
             Ok(p) => Ok(p),
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&staging);
@@ -191,6 +229,7 @@ impl Process {
         staging: PathBuf,
         script: &Path,
         workspace: Option<&Path>,
+        (listener, rpc): (Result<std::os::unix::net::UnixListener, String>, &Rpc),
     ) -> Result<Process, SpawnError> {
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
         let (req_r, req_w) = unix::pipe().map_err(io("create the request pipe"))?;
@@ -217,6 +256,7 @@ impl Process {
             sandbox: &opts.sandbox,
             workspace,
             limits: &opts.limits,
+            extra_env: &[(TOKEN_ENV, &rpc.token)],
         })?;
         let caps = &opts.display;
         cmd.arg(format!(
@@ -290,10 +330,25 @@ impl Process {
             _death: death_w,
             watcher,
             staging,
+            _tools: None,
+            tools_unavailable: None,
+            tools_installed: None,
             execution_count: 0,
             exited: None,
             group_killed: false,
         };
+        match listener.and_then(|l| {
+            ToolServer::start(
+                l,
+                rpc.token.clone(),
+                rpc.slot.clone(),
+                opts.max_tool_payload,
+            )
+            .map_err(|e| format!("the tool socket could not be served: {e}"))
+        }) {
+            Ok(server) => proc._tools = Some(server),
+            Err(why) => proc.tools_unavailable = Some(why),
+        }
         let hello = tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await;
         // The move must have succeeded before the kernel is handed out; a
         // failed one (which killed the kernel) explains a failed hello too.

@@ -31,6 +31,7 @@ use std::time::SystemTime;
 use cellhost_protocol::{CellResult, KernelState, KernelSummary};
 
 use crate::kernel::{Cell, Kernel, KernelError};
+use crate::tools::{ToolSet, ToolSetError};
 use slot::{InFlight, Slot, Tombstone};
 
 pub use key::{
@@ -50,6 +51,8 @@ pub enum ManagerError {
     Kernel(#[from] KernelError),
     #[error("the kernel manager has shut down; start a new one")]
     ShutDown,
+    #[error(transparent)]
+    Tools(#[from] ToolSetError),
 }
 
 /// Counters since the manager started (for metrics).
@@ -60,6 +63,8 @@ pub struct ManagerStats {
     pub evictions: u64,
     pub reaps: u64,
     pub disposals: u64,
+    /// Tool calls that reached a tool.
+    pub tool_calls: u64,
 }
 
 #[derive(Default)]
@@ -69,6 +74,7 @@ struct Counters {
     evictions: AtomicU64,
     reaps: AtomicU64,
     disposals: AtomicU64,
+    tool_calls: AtomicU64,
 }
 
 #[derive(Default)]
@@ -165,6 +171,10 @@ impl KernelManager {
 
     /// Run `cell` in the kernel of `(owner, spec)`, starting it if needed.
     ///
+    /// The kernel's `tools` module offers `spec.tools`, which must all be
+    /// registered ([`ManagerOptions::tools`]); the cell's allow-list and
+    /// budget are its own ([`Cell::allow`], [`Cell::max_tool_calls`]).
+    ///
     /// # Cancel safety
     /// Dropping the future gives the turn to the next caller; a cell
     /// already sent still runs to completion (interrupt it to stop it).
@@ -176,6 +186,16 @@ impl KernelManager {
     ) -> Result<CellResult, ManagerError> {
         validate_owner(owner)?;
         let key = remote::key_for(&self.shared.opts, &self.shared.backends, owner, spec);
+        let mut cell = cell;
+        if let Some(allow) = &cell.allow {
+            if let Some(stray) = allow.iter().find(|n| !spec.tools.contains(*n)) {
+                return Err(ToolSetError::NotInKernel {
+                    tool: stray.clone(),
+                    kernel: ToolSet::known_names(&spec.tools),
+                }
+                .into());
+            }
+        }
         loop {
             let slot = self.check_out(&key)?;
             let _in_flight = InFlight(&slot);
@@ -196,6 +216,9 @@ impl KernelManager {
                 slot: &slot,
                 tombstone: slot.meta().tombstone.take(),
             };
+            // The key's tools, never the caller's own: every tool is one
+            // registered with the manager.
+            cell.tools.clone_from(&slot.tools);
             let result = kernel.execute(cell.clone()).await;
             if refill {
                 // Refill only now: a spawn started during the cell would
@@ -208,6 +231,8 @@ impl KernelManager {
                 continue;
             }
             let mut result = result?;
+            let calls = &self.shared.counters.tool_calls;
+            calls.fetch_add(result.tool_calls_made, Ordering::Relaxed);
             if let Some(t) = untold.tombstone.take() {
                 t.tell(&mut result);
             }
@@ -250,8 +275,13 @@ impl KernelManager {
         let slot = match state.slots.get(key) {
             Some(s) => s.clone(),
             None => {
+                let tools = if key.spec.tools.is_empty() {
+                    None
+                } else {
+                    Some(self.shared.opts.tools.subset(&key.spec.tools)?)
+                };
                 let tombstone = state.tombstones.remove(key);
-                let s = Arc::new(Slot::new(key.clone(), tombstone));
+                let s = Arc::new(Slot::new(key.clone(), tools, tombstone));
                 state.slots.insert(key.clone(), s.clone());
                 s
             }
@@ -504,6 +534,7 @@ impl KernelManager {
             evictions: c.evictions.load(Ordering::Relaxed),
             reaps: c.reaps.load(Ordering::Relaxed),
             disposals: c.disposals.load(Ordering::Relaxed),
+            tool_calls: c.tool_calls.load(Ordering::Relaxed),
         }
     }
 

@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use crate::config::{BackendConfig, Config, LifecycleConfig};
 use crate::kernel::KernelOptions;
 use crate::sandbox::{Sandbox, StrictSandbox};
+use crate::tools::ToolSet;
 
 /// How the manager runs kernels. `ManagerOptions::new(data_dir)` gives the
 /// documented defaults.
@@ -33,6 +34,9 @@ pub struct ManagerOptions {
     pub backends: BTreeMap<String, BackendConfig>,
     /// The backend of cells whose spec names none (`None`: `"local"`).
     pub default_backend: Option<String>,
+    /// The agent's tools. A kernel's tool set (its key's) is a subset,
+    /// and its cells call them through the `tools` module.
+    pub tools: ToolSet,
 }
 
 impl ManagerOptions {
@@ -48,6 +52,7 @@ impl ManagerOptions {
             stale_staging_age: Duration::from_secs(7 * 24 * 3600),
             backends: BTreeMap::new(),
             default_backend: None,
+            tools: ToolSet::new(),
         }
     }
 
@@ -95,6 +100,12 @@ impl ManagerOptions {
 
     pub fn reap_interval(mut self, every: Duration) -> Self {
         self.reap_interval = Some(every);
+        self
+    }
+
+    /// Register the agent's tools.
+    pub fn tools(mut self, tools: ToolSet) -> Self {
+        self.tools = tools;
         self
     }
 

@@ -8,6 +8,7 @@ use cellhost_protocol::CellResult;
 
 use super::key::KernelKey;
 use crate::kernel::Kernel;
+use crate::tools::ToolSet;
 
 /// Why an owner's previous kernel is gone; told to its next call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,13 +77,21 @@ pub(crate) struct Slot {
     /// Held for the whole of a cell: cells run in arrival order (tokio's
     /// mutex is fair) and only one caller ever starts the kernel.
     pub turn: tokio::sync::Mutex<()>,
+    /// The key's tools (the same set every cell, so a kernel's `tools`
+    /// module is sent once).
+    pub tools: Option<ToolSet>,
     meta: Mutex<Meta>,
 }
 
 impl Slot {
-    pub(crate) fn new(key: KernelKey, tombstone: Option<Tombstone>) -> Slot {
+    pub(crate) fn new(
+        key: KernelKey,
+        tools: Option<ToolSet>,
+        tombstone: Option<Tombstone>,
+    ) -> Slot {
         Slot {
             key,
+            tools,
             created: SystemTime::now(),
             turn: tokio::sync::Mutex::new(()),
             meta: Mutex::new(Meta {

@@ -53,6 +53,9 @@ pub(crate) struct RemoteKernelOptions {
     pub idle_exit: Duration,
     /// Working dir on the remote side.
     pub cwd: Option<String>,
+    /// The kernel's tool names (its key's): the remote `tools` module
+    /// names them, and says tool RPC is not served remotely yet.
+    pub tools: Vec<String>,
     /// Output and display limits, timeouts, spill dir, secrets to redact.
     pub kernel: KernelOptions,
     /// Fleet placement, released (dropped) with the kernel's actor.
@@ -181,7 +184,10 @@ impl Actor {
                 "runner.py": b64(RUNNER_SOURCE),
                 "display.py": b64(DISPLAY_SOURCE),
                 "remote.py": b64(REMOTE_SOURCE),
-                "env": b64(&format!("CELLHOST_RPC_TOKEN={token}\n")),
+                "env": b64(&format!(
+                    "CELLHOST_RPC_TOKEN={token}\nCELLHOST_TOOLS={}\n",
+                    self.o.tools.join(",")
+                )),
             },
             "args": args,
             "spawn_timeout": self.o.common.spawn_timeout().as_secs_f64(),

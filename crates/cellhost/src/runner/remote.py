@@ -42,6 +42,8 @@ def _read_env():
         with open(path, "rb") as f:
             for line in f.read().decode().splitlines():
                 name, _, value = line.partition("=")
+                if name == "CELLHOST_TOOLS" and value:
+                    _install_tools_stub(value.split(","))
                 if name == "CELLHOST_RPC_TOKEN":
                     # For the tools stub (Tool RPC): kept in memory only,
                     # never in the environment cells and children inherit.
@@ -50,6 +52,29 @@ def _read_env():
         os.unlink(path)
     except OSError:
         pass
+
+
+def _install_tools_stub(names):
+    # Tool RPC is served to local kernels only so far: a cell that calls a
+    # tool here gets a clear error instead of a missing module.
+    mod = type(sys)("tools")
+    mod.__file__ = "<cellhost tools>"
+    mod.__all__ = list(names)
+
+    def _unavailable(name):
+        raise RuntimeError(
+            "cellhost: tool %r cannot be called from a remote kernel yet "
+            "(tool RPC serves local kernels only); run tool-calling cells on "
+            "the local backend" % (name,)
+        )
+
+    def __getattr__(name):
+        if name in names or name == "call":
+            return lambda *a, **k: _unavailable(name if name != "call" else (a[0] if a else "?"))
+        raise AttributeError(name)
+
+    mod.__getattr__ = __getattr__
+    sys.modules["tools"] = mod
 
 
 def _open(path):

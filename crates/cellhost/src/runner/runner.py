@@ -50,6 +50,10 @@ _cpu_hard = None
 _cpu_soft = None
 _resource = None
 _sources = {}  # filename -> source, pushed into linecache lazily
+# The tool RPC token, from the env (removed there at start, so the cell's
+# subprocesses never inherit it). See tools.py, sent with the first cell
+# that has tools.
+_tools_token = None
 
 
 def _encode(fields):
@@ -185,6 +189,31 @@ def _on_sigint(signum, frame):
             _sigint_deferred = True  # raised by _send once the frame is out
             return
         raise KeyboardInterrupt
+
+
+# --- tool RPC: the generated `tools` module --------------------------------
+
+
+def _install_tools(req):
+    # A new module object each time the tool set changes (a pooled kernel
+    # adopted by an owner); a reference kept by a cell keeps working.
+    # Returns False (and says why on stderr) when it could not be set up:
+    # the host then sends it again with the next cell.
+    try:
+        source = req["tools"].decode("utf-8", "surrogateescape")
+        mod = type(sys)("tools")
+        mod.__file__ = "<cellhost tools>"
+        mod._SOCKET = os.path.join(os.path.dirname(os.path.abspath(_runner_file)), "tools.sock")
+        mod._TOKEN = _tools_token
+        mod._MAX = int(req.get("tools_max", b"10485760"))
+        why = req.get("tools_error")
+        mod._UNAVAILABLE = why.decode("utf-8", "replace") if why is not None else None
+        exec(compile(source, "<cellhost tools>", "exec"), mod.__dict__)
+        sys.modules["tools"] = mod
+        return True
+    except Exception as e:
+        print("cellhost: could not set up the tools module: %r" % (e,), file=sys.stderr)
+        return False
 
 
 # --- rich outputs: display.py, loaded on first use -------------------------
@@ -483,7 +512,9 @@ def _parse_args():
 
 
 def main():
+    global _tools_token
     _parse_args()
+    _tools_token = os.environ.pop("CELLHOST_TOOLS_TOKEN", None)
     if _cpu_per_cell:
         # Import `resource` (a shared library) and set the limit now, at
         # start, rather than in the first cell: a new session's first cell
@@ -530,7 +561,11 @@ def main():
             op = req.get("op")
             if op == b"exec":
                 code = req.get("code", b"").decode("utf-8", "surrogateescape")
+                tools_ok = "tools" not in req or _install_tools(req)
                 reply = runner.run(code)
+                if not tools_ok:
+                    reply = dict(reply)
+                    reply["tools_failed"] = 1
             else:
                 reply = {"status": "error", "error": "cellhost runner: unknown request %r" % (op,)}
             try:

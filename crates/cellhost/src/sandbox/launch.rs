@@ -82,6 +82,8 @@ pub(crate) struct Spec<'a> {
     pub sandbox: &'a Sandbox,
     pub workspace: Option<&'a Path>,
     pub limits: &'a ResourceLimits,
+    /// Set after the allow-listed env (the tool token).
+    pub extra_env: &'a [(&'a str, &'a str)],
 }
 
 pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
@@ -121,7 +123,8 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
                 cmd.arg(s.script)
                     .args(&runner_args)
                     .env_clear()
-                    .envs(s.env.vars.iter().map(|(k, v)| (k, v)));
+                    .envs(s.env.vars.iter().map(|(k, v)| (k, v)))
+                    .envs(s.extra_env.iter().copied());
                 if let Some(cwd) = s.cwd {
                     cmd.current_dir(cwd);
                 }
@@ -224,7 +227,8 @@ fn strict_command(
                 .map(|(k, v)| (k, v)),
         )
         .env("HOME", WORKSPACE_IN_SANDBOX)
-        .env("TMPDIR", "/tmp");
+        .env("TMPDIR", "/tmp")
+        .envs(s.extra_env.iter().copied());
     Ok((cmd, landlock::prepare(strict.network)))
 }
 

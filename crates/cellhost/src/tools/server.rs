@@ -1,0 +1,291 @@
+//! The host end of tool RPC: one Unix socket per kernel process.
+//!
+//! The socket sits in the kernel's staging dir (0700, the socket itself
+//! 0600; under the strict sandbox both belong to the kernel's uid). Each
+//! connection carries one call at a time: a frame (4-byte little-endian
+//! length, then JSON `{"token", "tool", "args"}`) in, a frame
+//! (`{"result": …}` or `{"error": "…"}`) out. The runner's client keeps one
+//! connection per thread, so threads call concurrently.
+//!
+//! Every call is checked against the per-kernel token (constant time), then
+//! against the authority of the cell running *now*; it runs in its own task
+//! (a panic fails only that call) and is cancelled when the cell settles.
+//! Bad input (a malformed request, a wrong token, an unknown tool, a frame
+//! over the payload limit) gets an error back; the kernel and host go on.
+//! The host never buffers more than [`IN_FLIGHT_BYTES`] of one kernel's
+//! requests at once.
+
+use std::io;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::authority::refused_no_cell;
+use super::{Authority, AuthoritySlot};
+
+/// The socket's file name in the staging dir.
+pub(crate) const SOCKET_NAME: &str = "tools.sock";
+
+/// The env var that hands the runner its token (it removes it at start).
+pub(crate) const TOKEN_ENV: &str = "CELLHOST_TOOLS_TOKEN";
+
+/// Connections served at once per kernel; more are told so and closed.
+const MAX_CONNECTIONS: usize = 256;
+
+/// Request bytes buffered at once per kernel (at least one whole request).
+const IN_FLIGHT_BYTES: usize = 32 * 1024 * 1024;
+
+/// Serves one kernel process's socket until dropped.
+pub(crate) struct ToolServer {
+    task: JoinHandle<()>,
+}
+
+impl Drop for ToolServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ToolServer {
+    /// Create the socket in `dir` (the private staging dir, so no one can
+    /// reach it before it is 0600).
+    pub(crate) fn bind(dir: &Path) -> io::Result<std::os::unix::net::UnixListener> {
+        let path = dir.join(SOCKET_NAME);
+        let listener = std::os::unix::net::UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        listener.set_nonblocking(true)?;
+        Ok(listener)
+    }
+
+    /// Serve calls on `listener` under whatever authority `slot` holds.
+    pub(crate) fn start(
+        listener: std::os::unix::net::UnixListener,
+        token: Arc<str>,
+        slot: AuthoritySlot,
+        max_payload: usize,
+    ) -> io::Result<ToolServer> {
+        let listener = tokio::net::UnixListener::from_std(listener)?;
+        Ok(ToolServer {
+            task: tokio::spawn(accept(listener, token, slot, max_payload)),
+        })
+    }
+}
+
+async fn accept(
+    listener: tokio::net::UnixListener,
+    token: Arc<str>,
+    slot: AuthoritySlot,
+    max: usize,
+) {
+    // Dropping the set (when this task is aborted) aborts every connection.
+    let mut conns = JoinSet::new();
+    // Request bytes buffered at once across this kernel's connections: a
+    // cell opening many connections cannot make the host hold more.
+    let budget = Arc::new(Semaphore::new(IN_FLIGHT_BYTES.max(max) >> 10));
+    loop {
+        tokio::select! {
+            r = listener.accept() => match r {
+                Ok((stream, _)) if conns.len() < MAX_CONNECTIONS => {
+                    let conn = Conn { token: token.clone(), slot: slot.clone(), budget: budget.clone(), max };
+                    conns.spawn(conn.serve(stream));
+                }
+                Ok((mut stream, _)) => {
+                    // Say why before hanging up (the client reads this as
+                    // the reply to its first request).
+                    conns.spawn(async move {
+                        let reply = error(format!(
+                            "too many tool connections in this kernel (at most {MAX_CONNECTIONS}); \
+                             call tools from fewer threads at once"
+                        ));
+                        let _ = stream.write_all(&framed(&reply)).await;
+                    });
+                }
+                // Out of fds, say: back off instead of spinning.
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+/// What one request asks. `args` stays raw until the token is checked.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Request {
+    token: String,
+    tool: String,
+    #[serde(default)]
+    args: Option<Box<RawValue>>,
+}
+
+struct Conn {
+    token: Arc<str>,
+    slot: AuthoritySlot,
+    budget: Arc<Semaphore>,
+    max: usize,
+}
+
+impl Conn {
+    async fn serve(self, stream: UnixStream) {
+        let (rd, mut wr) = stream.into_split();
+        let mut rd = BufReader::with_capacity(64 * 1024, rd);
+        loop {
+            let mut head = [0u8; 4];
+            if rd.read_exact(&mut head).await.is_err() {
+                return;
+            }
+            let len = u32::from_le_bytes(head) as usize;
+            let (reply, close) = if len > self.max {
+                // The rest cannot be skipped safely: answer and hang up (the
+                // client reconnects for its next call).
+                (
+                    error(format!(
+                        "the tool request is {len} bytes, over the {}-byte limit; pass less \
+                         data per call",
+                        self.max
+                    )),
+                    true,
+                )
+            } else {
+                let Ok(_permit) = self
+                    .budget
+                    .acquire_many(u32::try_from(len >> 10).unwrap_or(u32::MAX))
+                    .await
+                else {
+                    return;
+                };
+                // Read what actually arrives, never a buffer sized on trust.
+                let mut body = Vec::with_capacity(len.min(64 * 1024));
+                match (&mut rd).take(len as u64).read_to_end(&mut body).await {
+                    Ok(n) if n == len => {}
+                    _ => return,
+                }
+                self.handle(&body).await
+            };
+            if wr.write_all(&framed(&reply)).await.is_err() || close {
+                return;
+            }
+        }
+    }
+
+    /// The reply to one request, and whether to hang up after it.
+    async fn handle(&self, body: &[u8]) -> (Vec<u8>, bool) {
+        let req: Request = match serde_json::from_slice(body) {
+            Ok(r) => r,
+            Err(e) => {
+                return (
+                    error(format!(
+                    "malformed tool request ({e}); expected JSON {{\"token\", \"tool\", \"args\"}}"
+                )),
+                    false,
+                )
+            }
+        };
+        if !same_token(req.token.as_bytes(), self.token.as_bytes()) {
+            return (
+                error("wrong token: this socket serves only its own kernel's cells".into()),
+                true,
+            );
+        }
+        let name = req.tool;
+        let args = match req.args.map(|raw| serde_json::from_str::<Value>(raw.get())) {
+            None | Some(Ok(Value::Null)) => Value::Object(Default::default()),
+            Some(Ok(v @ Value::Object(_))) => v,
+            _ => {
+                return (
+                    error(format!(
+                        "the arguments of {name:?} must be a JSON object of keyword arguments"
+                    )),
+                    false,
+                )
+            }
+        };
+        let authority: Option<Arc<Authority>> =
+            self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let Some(authority) = authority else {
+            return (error(refused_no_cell(&name)), false);
+        };
+        let call = match authority.dispatch(&name, args) {
+            Ok(call) => call,
+            Err(why) => return (error(why), false),
+        };
+        let reply = match call.await {
+            Ok(Ok(value)) => serde_json::to_vec(&json!({ "result": value })),
+            Ok(Err(e)) => Ok(error(e.message().to_owned())),
+            Err(e) if e.is_panic() => Ok(error(format!(
+                "tool {name:?} failed: it panicked ({})",
+                panic_message(e.into_panic())
+            ))),
+            Err(_) => Ok(error(format!("tool call {name:?} was cancelled"))),
+        };
+        match reply {
+            Ok(r) if r.len() <= self.max => (r, false),
+            Ok(r) => (
+                error(format!(
+                    "the result of tool {name:?} is {} bytes, over the {}-byte limit",
+                    r.len(),
+                    self.max
+                )),
+                false,
+            ),
+            Err(e) => (
+                error(format!(
+                    "the result of tool {name:?} is not valid JSON: {e}"
+                )),
+                false,
+            ),
+        }
+    }
+}
+
+fn error(message: String) -> Vec<u8> {
+    serde_json::to_vec(&json!({ "error": message })).unwrap_or_default()
+}
+
+fn framed(body: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(body);
+    frame
+}
+
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "no message".to_owned()
+    }
+}
+
+/// Equal tokens, compared in time that does not depend on where they differ.
+fn same_token(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_compare_whole() {
+        assert!(same_token(b"abcd", b"abcd"));
+        assert!(!same_token(b"abcd", b"abce"));
+        assert!(!same_token(b"abcd", b"abc"));
+        assert!(!same_token(b"", b"a"));
+    }
+}
