@@ -240,9 +240,9 @@ impl Actor {
                 why: format!("the bootstrap stopped early: {}", out.stderr_line()),
             }),
             None => Err(self.err(format!(
-                "could not ship the runner on {} (exit status {:?}: {}); check that {} exists there",
+                "could not ship the runner on {} ({}: {}); check that it is reachable and that {} exists there",
                 self.o.transport.describe(),
-                out.status,
+                out.status.map_or("killed by a signal".to_owned(), |c| format!("exit status {c}")),
                 out.stderr_line(),
                 self.o.common.python
             ))),
