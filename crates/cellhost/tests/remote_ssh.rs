@@ -298,3 +298,20 @@ async fn remote_output_goes_through_the_same_pipeline() {
     assert!(!r.kernel.reused);
     m.manager.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_unreachable_host_fails_closed_with_what_to_check() {
+    let m = remote_manager("box", with_ssh(|c| c.port = Some(1)), |o| o).await;
+    let e = m
+        .manager
+        .execute("s", Cell::new("1"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("backend \"box\"") && e.contains("cannot connect") && e.contains("check host"),
+        "{e}"
+    );
+    assert!(m.manager.list().is_empty());
+    m.manager.shutdown().await;
+}
