@@ -27,20 +27,41 @@ async fn a_changed_tool_set_spawns_a_fresh_remote_kernel() {
     assert_ne!(ra.kernel.pid, rb.kernel.pid);
     let again = run_spec(&m.manager, "s", &a, Cell::new("x")).await;
     assert_eq!(again.value.as_deref(), Some("'a'"));
-    // Tool RPC is not served to remote kernels yet: a call says so.
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn remote_cells_call_tools_under_their_own_allow_list_and_budget() {
+    let log = common::tools::Log::default();
+    let m = remote_manager("box", ssh(), |o| o.tools(common::tools::toolset(&log))).await;
+    let spec = KernelSpec::default().tools(["echo", "fail", "noop"]);
     let r = run_spec(
         &m.manager,
         "s",
-        &a,
-        Cell::new("import tools\ntools.echo(text='hi')"),
+        &spec,
+        Cell::new("import tools\ntools.echo(text='hi', n=2)"),
     )
     .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert_eq!(r.value.as_deref(), Some("{'echo': 'hihi'}"));
+    assert_eq!(r.tool_calls_made, 1);
+    assert_eq!(log.names(), ["echo"]);
+    let code = "import tools\ntry:\n    tools.fail(why='nope')\nexcept tools.ToolError as e:\n    print('failed:', e)\n[tools.noop() for _ in range(3)]";
+    let r = run_spec(&m.manager, "s", &spec, Cell::new(code)).await;
+    assert_eq!(r.stdout, "failed: failed on purpose: nope\n", "{r:?}");
+    assert_eq!(r.tool_calls_made, 4);
+    let cell = Cell::new("import tools\ntools.noop()\ntools.echo(text='x')").allow(["noop"]);
+    let r = run_spec(&m.manager, "s", &spec, cell).await;
     assert_eq!(r.status, Status::Error);
-    assert!(r
-        .error
-        .unwrap()
-        .contains("cannot be called from a remote kernel"));
-    assert!(log.names().is_empty(), "no call reached a tool");
+    assert!(
+        r.error.unwrap().contains("not allowed in this cell"),
+        "allow-list applies"
+    );
+    let mut cell = Cell::new("import tools\nfor _ in range(3): tools.noop()");
+    cell.max_tool_calls = Some(2);
+    let r = run_spec(&m.manager, "s", &spec, cell).await;
+    assert!(r.error.unwrap().contains("budget"), "budget applies");
+    assert_eq!(r.tool_calls_made, 2);
     m.manager.shutdown().await;
 }
 
@@ -237,4 +258,26 @@ async fn a_session_default_backend_applies_to_the_session_and_its_children() {
         "local"
     );
     m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_slow_remote_tool_call_is_cancelled_at_the_cell_timeout_and_state_is_kept() {
+    let log = common::tools::Log::default();
+    let m = remote_manager("box", ssh(), |o| o.tools(common::tools::toolset(&log))).await;
+    let spec = KernelSpec::default().tools(["slow"]);
+    run_spec(&m.manager, "s", &spec, Cell::new("x = 9")).await;
+    let cell = Cell::new("import tools\ntools.slow()").timeout(Duration::from_millis(800));
+    let r = run_spec(&m.manager, "s", &spec, cell).await;
+    assert_eq!(r.status, Status::Timeout, "{r:?}");
+    assert!(!r.kernel.state_lost);
+    assert!(
+        common::registry::eventually(Duration::from_secs(5), || log
+            .cancelled
+            .load(std::sync::atomic::Ordering::SeqCst))
+        .await,
+        "the tool call was cancelled"
+    );
+    let r = run_spec(&m.manager, "s", &spec, Cell::new("x")).await;
+    assert_eq!(r.value.as_deref(), Some("9"));
+    m.manager.shutdown().await;
 }

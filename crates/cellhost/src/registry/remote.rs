@@ -46,7 +46,6 @@ pub(super) async fn spawn(
         owner: &key.owner,
         python: key.spec.python.as_deref(),
         cwd: key.spec.cwd.as_deref(),
-        tools: key.spec.tools.iter().cloned().collect(),
         kernel: opts.kernel.clone(),
         idle_timeout: opts.idle_timeout,
     };

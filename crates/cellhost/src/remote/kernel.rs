@@ -27,6 +27,7 @@ use super::result::{Blob, Finisher};
 use super::script;
 use super::transport::{ExecOutput, Transport};
 use crate::config::RemoteCommon;
+use crate::kernel::frame::Frame;
 use crate::kernel::Kernel;
 use crate::kernel::{
     describe_outcome, random_hex, Cell, Control, Displays, KernelError, KernelOptions,
@@ -34,6 +35,16 @@ use crate::kernel::{
     RUNNER_SOURCE,
 };
 use crate::output::Cleaner;
+use crate::tools::{Authority, DEFAULT_MAX_TOOL_CALLS};
+
+/// Retires a cell's tool authority however the cell ends.
+struct Retire(Arc<Authority>);
+
+impl Drop for Retire {
+    fn drop(&mut self) {
+        self.0.retire();
+    }
+}
 
 mod wait;
 
@@ -53,9 +64,6 @@ pub(crate) struct RemoteKernelOptions {
     pub idle_exit: Duration,
     /// Working dir on the remote side.
     pub cwd: Option<String>,
-    /// The kernel's tool names (its key's): the remote `tools` module
-    /// names them, and says tool RPC is not served remotely yet.
-    pub tools: Vec<String>,
     /// Output and display limits, timeouts, spill dir, secrets to redact.
     pub kernel: KernelOptions,
     /// Fleet placement, released (dropped) with the kernel's actor.
@@ -68,6 +76,10 @@ struct Live {
     pid: u32,
     id: String,
     count: u64,
+    /// The RPC token shipped in the env file: tool requests must carry it.
+    token: String,
+    /// The runner has its `tools` module.
+    tools_sent: bool,
 }
 
 /// Why no runner is live, and what the next cell must be told.
@@ -81,6 +93,13 @@ enum Vacancy {
 
 /// How waiting for a cell ended.
 enum Waited {
+    /// The cell asked for a tool (request `k`); the phase it was in.
+    Tool {
+        k: u64,
+        interrupted: bool,
+        left: Option<Duration>,
+        body: Vec<u8>,
+    },
     Done(Outcome, Option<Stop>, Blob),
     NotDelivered(String),
     Transport(String),
@@ -184,10 +203,7 @@ impl Actor {
                 "runner.py": b64(RUNNER_SOURCE),
                 "display.py": b64(DISPLAY_SOURCE),
                 "remote.py": b64(REMOTE_SOURCE),
-                "env": b64(&format!(
-                    "CELLHOST_RPC_TOKEN={token}\nCELLHOST_TOOLS={}\n",
-                    self.o.tools.join(",")
-                )),
+                "env": b64(&format!("CELLHOST_RPC_TOKEN={token}\n")),
             },
             "args": args,
             "spawn_timeout": self.o.common.spawn_timeout().as_secs_f64(),
@@ -223,6 +239,8 @@ impl Actor {
                         pid,
                         id: format!("r-{}", random_hex(6)),
                         count: 0,
+                        token: token.clone(),
+                        tools_sent: false,
                     }));
                 }
                 "SPAWNFAIL" if dir.is_some() => {
@@ -358,6 +376,15 @@ impl Actor {
         let timeout = cell.timeout.or(self.o.kernel.default_timeout);
         let mut displays = Displays::new(self.o.kernel.display.clone(), self.cleaner.clone());
         displays.begin(cell.events.take());
+        // A fresh authority for every cell (one without tools refuses
+        // calls with a reason), retired the moment it settles.
+        let tool_set = cell.tools.take();
+        let authority = Authority::new(
+            tool_set.clone(),
+            cell.allow.take(),
+            cell.max_tool_calls.unwrap_or(DEFAULT_MAX_TOOL_CALLS),
+        );
+        let _retire = Retire(authority.clone());
         let mut retried = false;
         let (outcome, stop, blob) = loop {
             if self.live.is_none() {
@@ -393,7 +420,22 @@ impl Actor {
             self.observed
                 .execution_count
                 .store(live.count, Ordering::Relaxed);
-            match self.wait(&cell.code, timeout, control).await {
+            let mut request = Frame::new()
+                .with("op", "exec")
+                .with("code", cell.code.as_bytes());
+            if let Some(set) = &tool_set {
+                if !live.tools_sent {
+                    request = request
+                        .with("tools", set.module_source().as_bytes())
+                        .with("tools_max", self.o.kernel.max_tool_payload.to_string());
+                    live.tools_sent = true;
+                }
+            }
+            let tools = tool_set.is_some();
+            match self
+                .wait(request.encode(), timeout, control, &authority, tools)
+                .await
+            {
                 Waited::NotDelivered(why) if !retried => {
                     retried = true;
                     self.vacate(Vacancy::Lost(why)).await;
@@ -410,6 +452,7 @@ impl Actor {
                     return (Ok(r), None);
                 }
                 Waited::Done(outcome, stop, blob) => break (outcome, stop, blob),
+                Waited::Tool { .. } => unreachable!("wait() serves tool requests"),
             }
         };
         let tail = String::from_utf8_lossy(&blob.stderr).into_owned();
@@ -435,7 +478,7 @@ impl Actor {
             cleaner: &self.cleaner,
             spill_dir: &self.o.kernel.spill_dir,
         };
-        let r = finisher.finish(
+        let mut r = finisher.finish(
             report,
             info,
             &blob.stdout,
@@ -443,6 +486,7 @@ impl Actor {
             &mut displays,
             started.elapsed().as_secs_f64(),
         );
+        r.tool_calls_made = authority.made();
         (Ok(r), shutdown)
     }
 

@@ -78,8 +78,6 @@ pub(crate) struct Placement<'a> {
     pub owner: &'a str,
     pub python: Option<&'a Path>,
     pub cwd: Option<&'a Path>,
-    /// The kernel's tool names.
-    pub tools: Vec<String>,
     pub kernel: KernelOptions,
     /// The manager's idle timeout: the runner exits by itself after it.
     pub idle_timeout: Option<Duration>,
@@ -232,7 +230,6 @@ impl Backends {
             common,
             idle_exit: idle,
             cwd: p.cwd.map(|c| c.display().to_string()),
-            tools: p.tools,
             kernel: p.kernel,
             lease,
         })

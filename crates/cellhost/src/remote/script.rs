@@ -67,25 +67,63 @@ pub fn boot(python: &str) -> String {
     format!("exec {} -c {}", shell_quote(python), shell_quote(BOOT))
 }
 
+/// How one waiting exec starts: a new cell, or the answer to the
+/// cell's tool request `respond` (then the cell waits on).
+#[derive(Debug, Clone, Copy)]
+pub struct Wait {
+    pub dir_seq: u64,
+    pub pid: u32,
+    /// Time left in the current phase (before SIGINT, or of the grace
+    /// once it was sent); `None`: no timeout.
+    pub left: Option<Duration>,
+    /// SIGINT was sent already (the phase is the grace).
+    pub interrupted: bool,
+    pub grace: Duration,
+    /// The cell has tools: also watch for tool requests.
+    pub tools: bool,
+    pub respond: Option<u64>,
+}
+
 /// One cell, one exec: write the request atomically, wake the runner,
 /// then wait on the remote side (builtins in a short spin, then sleeps
 /// growing to 20 ms: no round trips) until the result file appears, the
-/// runner dies, or the timeout passes (SIGINT, then after `grace` kill the
-/// process group). First line: `RESULT STOP` (then the blob), `DEAD` (the
+/// runner dies, the timeout passes (SIGINT, then after `grace` kill the
+/// process group), or the cell asks for a tool. First line: `RESULT STOP`
+/// (then the blob), `TOOL K STOP LEFT_MS` (then the request), `DEAD` (the
 /// runner was gone: the cell never ran), `GONE` (no kernel dir), `DIED
 /// STOP` or `KILLED STOP` (then the end of the cell's stderr).
-pub fn cell(dir: &str, pid: u32, n: u64, timeout: Option<Duration>, grace: Duration) -> String {
-    let t = timeout.map_or(0, |t| t.as_millis().max(1));
-    let g = grace.as_millis();
+pub fn cell(dir: &str, w: Wait) -> String {
+    let (n, pid) = (w.dir_seq, w.pid);
+    let t = w.left.map_or(0, |t| t.as_millis().max(1));
+    let g = w.grace.as_millis();
     let d = shell_quote(dir);
+    let stop = if w.interrupted { "timeout" } else { "none" };
+    let start = match w.respond {
+        None => format!(
+            "cat > tmp.req.{n} && mv -f tmp.req.{n} req.{n} || {{ echo GONE; exit 0; }}\n\
+             if ! alive {pid} || ! kill -USR1 {pid} 2>/dev/null; then rm -f req.{n}; echo DEAD; exit 0; fi"
+        ),
+        Some(k) => format!(
+            "cat > tmp.toolres.{k} && mv -f tmp.toolres.{k} toolres.{k} || {{ echo GONE; exit 0; }}"
+        ),
+    };
+    let tools = if w.tools {
+        r#"  for f in toolreq.*; do
+    [ -e "$f" ] || break
+    if [ $t -gt 0 ]; then r=$((t-e)); [ $r -lt 1 ] && r=1; else r=0; fi
+    echo "TOOL ${f#toolreq.} $stop $r"; cat "$f"; rm -f "$f"; exit 0
+  done
+"#
+    } else {
+        ""
+    };
     format!(
         r#"{ALIVE}cd {d} 2>/dev/null || {{ echo GONE; exit 0; }}
 umask 077
-cat > tmp.req.{n} && mv -f tmp.req.{n} req.{n} || {{ echo GONE; exit 0; }}
-if ! alive {pid} || ! kill -USR1 {pid} 2>/dev/null; then rm -f req.{n}; echo DEAD; exit 0; fi
-t={t}; g={g}; e=0; i=0; stop=none
+{start}
+t={t}; g={g}; e=0; i=0; stop={stop}
 while [ ! -e res.{n} ]; do
-  if ! alive {pid}; then
+{tools}  if ! alive {pid}; then
     [ -e res.{n} ] && break
     echo "DIED $stop"; tail -c 2000 err.{n} 2>/dev/null; exit 0
   fi

@@ -7,7 +7,8 @@
 #   remote.py oneshot DIR MAX_STREAM [CHDIR]      one cell: code on stdin,
 #                                                 result blob on stdout
 #
-# The host writes each request atomically as DIR/req.N (tmp + rename) and
+# The host writes each request (a runner.py frame: code, and the tools
+# module source when the cell has tools) atomically as DIR/req.N and
 # wakes the runner with SIGUSR1; the runner claims it (rename to run.N),
 # runs it with fds 1/2 on DIR/out.N and DIR/err.N and the control fd 4 on
 # DIR/frames.N (runner.py's display and reply frames), then writes the
@@ -42,39 +43,15 @@ def _read_env():
         with open(path, "rb") as f:
             for line in f.read().decode().splitlines():
                 name, _, value = line.partition("=")
-                if name == "CELLHOST_TOOLS" and value:
-                    _install_tools_stub(value.split(","))
                 if name == "CELLHOST_RPC_TOKEN":
                     # For the tools stub (Tool RPC): kept in memory only,
                     # never in the environment cells and children inherit.
                     _token = value
                     R._rpc_token = value
+                    R._tools_token = value
         os.unlink(path)
     except OSError:
         pass
-
-
-def _install_tools_stub(names):
-    # Tool RPC is served to local kernels only so far: a cell that calls a
-    # tool here gets a clear error instead of a missing module.
-    mod = type(sys)("tools")
-    mod.__file__ = "<cellhost tools>"
-    mod.__all__ = list(names)
-
-    def _unavailable(name):
-        raise RuntimeError(
-            "cellhost: tool %r cannot be called from a remote kernel yet "
-            "(tool RPC serves local kernels only); run tool-calling cells on "
-            "the local backend" % (name,)
-        )
-
-    def __getattr__(name):
-        if name in names or name == "call":
-            return lambda *a, **k: _unavailable(name if name != "call" else (a[0] if a else "?"))
-        raise AttributeError(name)
-
-    mod.__getattr__ = __getattr__
-    sys.modules["tools"] = mod
 
 
 def _open(path):
@@ -166,6 +143,50 @@ def _setup(chdir):
     return R.Runner()
 
 
+_tool_seq = iter(range(1, 1 << 62))
+
+
+def _file_invoke(name, args):
+    # The tools module's transport on a remote kernel: the request goes
+    # into DIR/toolreq.K (atomically); the host's waiting exec sees it,
+    # serves it under the running cell's authority and writes
+    # DIR/toolres.K. Waiting here costs no round trips.
+    import json
+    import time
+
+    tools = sys.modules["tools"]
+    try:
+        body = json.dumps({"token": _token, "tool": name, "args": args}, allow_nan=False).encode()
+    except (TypeError, ValueError) as e:
+        raise tools.ToolError("the arguments of %s are not JSON-serializable: %s" % (name, e)) from None
+    if len(body) > tools.MAX_PAYLOAD:
+        raise tools.ToolError(
+            "the request to %s is %d bytes, over the %d-byte limit; pass less data per call"
+            % (name, len(body), tools.MAX_PAYLOAD)
+        )
+    k = next(_tool_seq)
+    _write_atomic("toolreq.%d" % k, body)
+    res = os.path.join(DIR, "toolres.%d" % k)
+    delay = 0.0005
+    while not os.path.exists(res):
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+    with open(res, "rb") as f:
+        out = json.loads(f.read())
+    os.unlink(res)
+    if "error" in out:
+        raise tools.ToolError(out["error"])
+    return out.get("result")
+
+
+def _read_request(path):
+    with open(path, "rb") as f:
+        req = R._decode(f.read()[4:])
+    if "tools" in req and R._install_tools(req):
+        sys.modules["tools"]._invoke = _file_invoke
+    return req.get("code", b"").decode("utf-8", "surrogateescape")
+
+
 def _pending():
     names = [x for x in os.listdir(DIR) if x.startswith("req.")]
     return sorted(names, key=lambda x: int(x[4:]) if x[4:].isdigit() else 0)
@@ -194,8 +215,7 @@ def serve(idle):
             run = os.path.join(DIR, "run." + n)
             try:
                 os.rename(os.path.join(DIR, name), run)  # claim it: never run twice
-                with open(run, "rb") as f:
-                    code = f.read().decode("utf-8", "surrogateescape")
+                code = _read_request(run)
             except OSError:
                 continue
             try:

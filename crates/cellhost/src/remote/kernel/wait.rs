@@ -2,6 +2,7 @@
 //! shutdown meanwhile), reading the waiter's verdict, and the one-shot
 //! fallback after a failed spawn.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cellhost_protocol::{CellResult, KernelInfo};
@@ -12,47 +13,174 @@ use super::super::script;
 use super::super::transport::ExecOutput;
 use super::{Actor, Waited, MAX_STREAM, QUICK};
 use crate::kernel::{random_hex, Control, Displays, Exit, Outcome, Stop};
+use crate::tools::Authority;
+
+enum Served {
+    Reply(serde_json::Value),
+    /// The cell's timeout passed while the tool ran (it was cancelled).
+    TimedOut(serde_json::Value),
+    /// A control message arrived while the tool ran.
+    Control(Option<Control>),
+}
+
+/// Serve one tool request of the running cell under its authority, within
+/// the time the cell has left.
+async fn serve_tool(
+    authority: &Arc<Authority>,
+    token: &str,
+    body: &[u8],
+    left: Option<Duration>,
+    control: &mut mpsc::UnboundedReceiver<Control>,
+) -> Served {
+    use serde_json::{json, Value};
+    let req: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return Served::Reply(json!({"error": format!("bad tool request: {e}")})),
+    };
+    if req.get("token").and_then(Value::as_str) != Some(token) {
+        return Served::Reply(json!({"error": "tool call refused: bad token"}));
+    }
+    let name = req
+        .get("tool")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let args = req.get("args").cloned().unwrap_or(Value::Null);
+    let mut call = match authority.dispatch(&name, args) {
+        Ok(h) => h,
+        Err(why) => return Served::Reply(json!({"error": why})),
+    };
+    let limit = async {
+        match left {
+            Some(l) => tokio::time::sleep(l).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = &mut call => Served::Reply(match r {
+            Ok(Ok(v)) => json!({"result": v}),
+            Ok(Err(e)) => json!({"error": e.message()}),
+            Err(e) => json!({"error": format!("tool {name:?} failed: {e}")}),
+        }),
+        () = limit => {
+            call.abort();
+            Served::TimedOut(json!({"error": format!("tool call {name:?} cancelled: the cell's timeout passed")}))
+        }
+        ctl = control.recv() => {
+            call.abort();
+            Served::Control(ctl)
+        }
+    }
+}
 
 impl Actor {
-    /// Send the cell and wait for it, serving interrupts and shutdown.
+    /// Send the cell (`request`, a runner frame) and wait for it: one exec,
+    /// plus one more per tool call the cell makes (served here under the
+    /// cell's `authority`); interrupts and shutdown are served meanwhile.
     pub(super) async fn wait(
         &mut self,
-        code: &str,
+        request: Vec<u8>,
         timeout: Option<Duration>,
         control: &mut mpsc::UnboundedReceiver<Control>,
+        authority: &Arc<Authority>,
+        tools: bool,
     ) -> Waited {
         let live = self.live.as_ref().expect("called with a live runner");
-        let pid = live.pid;
+        let (pid, dir, token) = (live.pid, live.dir.clone(), live.token.clone());
         let grace = self.o.kernel.interrupt_grace;
-        let script = script::cell(&live.dir, pid, self.seq, timeout, grace);
-        let deadline = timeout.map(|t| t + grace + self.o.common.transport_timeout());
-        let transport = self.o.transport.clone();
-        let code = code.as_bytes().to_vec();
-        let mut exec = tokio::spawn(async move { transport.exec(&script, code, deadline).await });
+        let mut w = script::Wait {
+            dir_seq: self.seq,
+            pid,
+            left: timeout,
+            interrupted: false,
+            grace,
+            tools,
+            respond: None,
+        };
+        let mut stdin = request;
         let mut host_stop = None;
         let mut kill_at: Option<tokio::time::Instant> = None;
         let mut killed = false;
         loop {
-            tokio::select! {
-                r = &mut exec => {
-                    return match r {
-                        Ok(Ok(out)) => self.parse_wait(&out, timeout, host_stop, killed),
-                        Ok(Err(e)) => Waited::Transport(e.to_string()),
-                        Err(e) => Waited::Transport(format!("the exec task failed: {e}")),
-                    };
+            let script = script::cell(&dir, w);
+            let deadline = w
+                .left
+                .map(|t| t + grace + self.o.common.transport_timeout());
+            let transport = self.o.transport.clone();
+            let input = std::mem::take(&mut stdin);
+            let mut exec =
+                tokio::spawn(async move { transport.exec(&script, input, deadline).await });
+            let waited = loop {
+                tokio::select! {
+                    r = &mut exec => {
+                        break match r {
+                            Ok(Ok(out)) => self.parse_wait(&out, timeout, host_stop, killed),
+                            Ok(Err(e)) => Waited::Transport(e.to_string()),
+                            Err(e) => Waited::Transport(format!("the exec task failed: {e}")),
+                        };
+                    }
+                    ctl = control.recv() => match ctl {
+                        Some(Control::Interrupt(tx)) => {
+                            if host_stop.is_none() {
+                                host_stop = Some(Stop::Interrupt);
+                                kill_at = Some(tokio::time::Instant::now() + grace);
+                                let _ = self.quick(&script::interrupt(pid)).await;
+                            }
+                            let _ = tx.send(true);
+                        }
+                        other => return self.shut_down_in_cell(pid, &mut exec, other, host_stop).await,
+                    },
+                    () = async { tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)).await }, if kill_at.is_some() && !killed => {
+                        killed = true;
+                        let _ = self.quick(&script::kill_now(pid)).await;
+                    }
                 }
-                ctl = control.recv() => match ctl {
+            };
+            let Waited::Tool {
+                k,
+                interrupted,
+                left,
+                body,
+            } = waited
+            else {
+                return waited;
+            };
+            let served = Instant::now();
+            let reply = serve_tool(authority, &token, &body, left, control).await;
+            let mut interrupted = interrupted;
+            // The call's time counts against the cell's.
+            let mut left = left.map(|l| {
+                l.saturating_sub(served.elapsed())
+                    .max(Duration::from_millis(1))
+            });
+            let reply = match reply {
+                Served::Reply(r) => r,
+                Served::TimedOut(r) if !interrupted => {
+                    // As the waiting script would have: SIGINT now, then
+                    // the grace.
+                    let _ = self.quick(&script::interrupt(pid)).await;
+                    interrupted = true;
+                    left = Some(grace);
+                    r
+                }
+                Served::TimedOut(r) => {
+                    left = Some(Duration::from_millis(1));
+                    r
+                }
+                Served::Control(ctl) => match ctl {
                     Some(Control::Interrupt(tx)) => {
+                        // The cell is waiting for this call: it is cancelled,
+                        // and the cell gets the SIGINT.
                         if host_stop.is_none() {
                             host_stop = Some(Stop::Interrupt);
                             kill_at = Some(tokio::time::Instant::now() + grace);
                             let _ = self.quick(&script::interrupt(pid)).await;
                         }
                         let _ = tx.send(true);
+                        serde_json::json!({"error": "tool call cancelled: the cell was interrupted"})
                     }
                     other => {
                         let _ = self.quick(&script::kill_now(pid)).await;
-                        let _ = tokio::time::timeout(QUICK, &mut exec).await;
                         let tx = match other {
                             Some(Control::Shutdown(tx)) => tx,
                             _ => oneshot::channel().0,
@@ -60,12 +188,28 @@ impl Actor {
                         return Waited::Done(Outcome::ShutDown(tx), host_stop, Blob::default());
                     }
                 },
-                () = async { tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)).await }, if kill_at.is_some() && !killed => {
-                    killed = true;
-                    let _ = self.quick(&script::kill_now(pid)).await;
-                }
-            }
+            };
+            stdin = reply.to_string().into_bytes();
+            w.respond = Some(k);
+            w.interrupted = interrupted;
+            w.left = left;
         }
+    }
+
+    async fn shut_down_in_cell(
+        &self,
+        pid: u32,
+        exec: &mut tokio::task::JoinHandle<Result<ExecOutput, super::super::transport::ExecError>>,
+        ctl: Option<Control>,
+        host_stop: Option<Stop>,
+    ) -> Waited {
+        let _ = self.quick(&script::kill_now(pid)).await;
+        let _ = tokio::time::timeout(QUICK, exec).await;
+        let tx = match ctl {
+            Some(Control::Shutdown(tx)) => tx,
+            _ => oneshot::channel().0,
+        };
+        Waited::Done(Outcome::ShutDown(tx), host_stop, Blob::default())
     }
 
     fn parse_wait(
@@ -92,6 +236,21 @@ impl Actor {
             ..Blob::default()
         };
         match word {
+            "TOOL" => {
+                let mut parts = arg.split(' ');
+                let k = parts.next().and_then(|k| k.parse::<u64>().ok());
+                let interrupted = parts.next() == Some("timeout");
+                let left = parts.next().and_then(|l| l.parse::<u64>().ok());
+                match (k, left) {
+                    (Some(k), Some(left)) => Waited::Tool {
+                        k,
+                        interrupted,
+                        left: (left > 0).then(|| Duration::from_millis(left)),
+                        body: rest.to_vec(),
+                    },
+                    _ => Waited::Done(Outcome::Broken(format!("bad tool request line {first:?}")), stop, Blob::default()),
+                }
+            }
             "RESULT" => match parse(rest) {
                 Ok(blob) => match blob.reply.clone() {
                     Some(reply) => Waited::Done(Outcome::Reply(reply), stop, blob),
@@ -166,6 +325,10 @@ impl Actor {
                     displays,
                     started.elapsed().as_secs_f64(),
                 )
+            }
+            Waited::Tool { .. } => {
+                self.stale = Some((dir.to_owned(), None));
+                self.transport_lost("a one-shot cell cannot call tools".into(), info, started)
             }
             Waited::Transport(d) | Waited::NotDelivered(d) => {
                 self.stale = Some((dir.to_owned(), None));
