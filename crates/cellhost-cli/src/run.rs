@@ -102,7 +102,9 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
             .kernel(opts)
             .max_kernels(1)
             .warm_pool(0)
-            .idle_timeout(None),
+            .idle_timeout(None)
+            // [backends.*] and default_backend: the script may run remotely.
+            .remote(&config),
     )
     .await;
     let interrupted = Arc::new(AtomicBool::new(false));

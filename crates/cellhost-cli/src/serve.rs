@@ -97,7 +97,8 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
     let manager = KernelManager::start(
         ManagerOptions::new(&data_dir)
             .lifecycle(&config.lifecycle)
-            .kernel(opts),
+            .kernel(opts)
+            .remote(&config),
     )
     .await;
     let state = AppState::new(

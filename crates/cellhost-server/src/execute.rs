@@ -51,6 +51,10 @@ pub struct ExecuteRequest {
     /// Most tool calls the cell may make (default 50).
     #[serde(default)]
     pub max_tool_calls: Option<u32>,
+    /// The backend to run on: `"local"` or a `[backends.NAME]` of
+    /// cellhost.toml; default: the session's, else `default_backend`.
+    #[serde(default)]
+    pub backend: Option<String>,
 }
 
 impl ExecuteRequest {
@@ -115,9 +119,30 @@ impl ExecuteRequest {
     /// The kernel key's spec: the tool set picks the kernel. Without a
     /// `tools` list, every tool of the server (`all`).
     fn spec(&self, all: &cellhost::ToolSet) -> KernelSpec {
-        match &self.tools {
+        let spec = match &self.tools {
             Some(names) => KernelSpec::default().tools(names),
             None => KernelSpec::default().tools(all.names()),
+        };
+        match &self.backend {
+            Some(b) => spec.backend(b),
+            None => spec,
+        }
+    }
+
+    /// A named backend must exist (a typo is a 400, not a failed spawn).
+    fn check_backend(&self, backends: &cellhost::remote::Backends) -> Result<(), ApiError> {
+        match &self.backend {
+            Some(b) if b != "local" && !backends.names().iter().any(|n| n == b) => {
+                Err(ApiError::bad_request(
+                    "unknown_backend",
+                    format!(
+                        "unknown backend {b:?}: use \"local\" or one of the [backends.NAME] of the \
+                         server's cellhost.toml ({})",
+                        backends.names().join(", ")
+                    ),
+                ))
+            }
+            _ => Ok(()),
         }
     }
 }
@@ -160,7 +185,10 @@ pub(crate) async fn run(
     let prepared = body
         .map_err(|r| body_error(r, state.options.max_body_bytes))
         .and_then(|b| ExecuteRequest::parse(&b))
-        .and_then(|req| Ok((req.owner(&session)?, req)));
+        .and_then(|req| {
+            req.check_backend(state.manager.backends())?;
+            Ok((req.owner(&session)?, req))
+        });
     let (owner, req) = match prepared {
         Ok(v) => v,
         Err(e) => return e.into_response(),

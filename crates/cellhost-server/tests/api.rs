@@ -57,10 +57,12 @@ async fn bad_json_a_missing_code_and_bad_fields_are_400s_with_the_error_shape() 
         (r#"{"code": 5}"#, "invalid_request"),
         (r#"{"code": "1", "colour": "red"}"#, "invalid_request"),
         (r#"{"code": "1", "timeout": -1}"#, "invalid_request"),
+        (r#"{"code": "1", "tools": ["not a name"]}"#, "unknown_tool"),
         (
-            r#"{"code": "1", "tools": ["not a name"]}"#,
-            "invalid_request",
+            r#"{"code": "1", "tools": ["search", "web"]}"#,
+            "unknown_tool",
         ),
+        (r#"{"code": "1", "backend": "nowhere"}"#, "unknown_backend"),
         (r#"{"code": "1", "max_tool_calls": -2}"#, "invalid_request"),
         (r#"{"code": "1", "child": "a::b"}"#, "invalid_session"),
     ] {
@@ -267,17 +269,25 @@ async fn children_get_their_own_kernels_and_can_be_disposed_alone() {
 }
 
 #[tokio::test]
-async fn a_tool_set_picks_its_own_kernel() {
+async fn tools_are_the_servers_by_default_and_a_tool_set_picks_its_own_kernel() {
     let s = server().await;
-    s.exec("t", "x = 1").await;
-    let (st, r) = s
-        .post(
-            "/v1/sessions/t/execute",
-            r#"{"code": "'x' in dir()", "tools": ["search", "fetch"], "max_tool_calls": 3}"#,
+    let r = s
+        .exec(
+            "t",
+            "x = 1\nimport tools\nsorted(tools.names), tools.search(query='q')",
         )
         .await;
+    assert_eq!(r["value"], "(['fetch', 'search'], ['q'])", "{r}");
+    assert_eq!(r["tool_calls_made"], 1);
+    let code = "import tools\nout = [tools.fetch(url='u')]\ntry:\n    tools.fetch(url='v')\nexcept tools.ToolError as e:\n    out.append(str(e)[:21])\n'x' in dir(), out";
+    let body = serde_json::json!({"code": code, "tools": ["fetch"], "max_tool_calls": 1});
+    let (st, r) = s.post("/v1/sessions/t/execute", &body.to_string()).await;
     assert_eq!(st, StatusCode::OK, "{r}");
-    assert_eq!(r["value"], "False", "another tool set, another kernel");
+    assert_eq!(
+        r["value"], "(False, ['u', 'tool budget exhausted'])",
+        "another tool set, another kernel, and the request's budget: {r}"
+    );
+    assert_eq!(r["tool_calls_made"], 1);
     let (_, kernels) = s.get("/v1/kernels").await;
     let keys: Vec<&str> = kernels
         .as_array()
@@ -288,9 +298,15 @@ async fn a_tool_set_picks_its_own_kernel() {
     assert_eq!(keys.len(), 2, "{keys:?}");
     assert!(
         keys.iter()
-            .any(|k| k.contains("fetch") && k.contains("search")),
+            .any(|k| k.contains("tools=fetch") && !k.contains("search")),
         "{keys:?}"
     );
+    let metrics = text(
+        s.call(Request::get("/metrics").body(Body::empty()).unwrap())
+            .await,
+    )
+    .await;
+    assert!(metrics.contains("cellhost_tool_calls_total 2"), "{metrics}");
     s.shutdown().await;
 }
 

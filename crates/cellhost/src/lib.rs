@@ -24,6 +24,7 @@ pub mod kernel;
 pub mod output;
 pub mod percent;
 pub mod registry;
+pub mod remote;
 pub mod sandbox;
 pub mod tools;
 

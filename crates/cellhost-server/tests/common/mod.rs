@@ -16,6 +16,28 @@ use cellhost_server::{AppState, ServerOptions};
 use http_body_util::BodyExt;
 use tower::ServiceExt;
 
+/// The server's tools: `search(query)` → `[query]`, `fetch(url)` → `url`.
+pub fn tools() -> cellhost::ToolSet {
+    use cellhost::FnTool;
+    use serde_json::json;
+    let search = FnTool::new(
+        "search",
+        "Search.",
+        json!({"type": "object", "properties": {"query": {"type": "string"}}, "required": ["query"]}),
+        |args| async move { Ok(json!([args["query"]])) },
+    );
+    let fetch = FnTool::new(
+        "fetch",
+        "Fetch.",
+        json!({"type": "object", "properties": {"url": {"type": "string"}}, "required": ["url"]}),
+        |args| async move { Ok(args["url"].clone()) },
+    );
+    cellhost::ToolSet::new()
+        .with(search)
+        .and_then(|s| s.with(fetch))
+        .unwrap()
+}
+
 pub struct TestServer {
     pub state: AppState,
     pub router: Router,
@@ -35,7 +57,8 @@ pub async fn server_with(options: ServerOptions, max_kernels: usize) -> TestServ
         ManagerOptions::new(dir.path().join("data"))
             .kernel(kernel)
             .max_kernels(max_kernels)
-            .warm_pool(0),
+            .warm_pool(0)
+            .tools(tools()),
     )
     .await;
     let history = History::open(

@@ -5,16 +5,19 @@
 //! must not silently fall back to a default. Each section lives in its own
 //! module next to the concept it configures; the README documents every key.
 
+mod backends;
 mod history;
 mod lifecycle;
 mod limits;
 mod sandbox;
 mod server;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use backends::{BackendConfig, DockerConfig, KubectlConfig, RemoteCommon, SshConfig};
 pub use history::HistoryConfig;
 pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;
@@ -35,6 +38,10 @@ pub struct Config {
     pub server: ServerConfig,
     /// `[history]`: the daemon's cell history retention.
     pub history: HistoryConfig,
+    /// The backend of requests that name none (default `"local"`).
+    pub default_backend: Option<String>,
+    /// `[backends.NAME]`: remote kernels over ssh, docker or kubectl.
+    pub backends: BTreeMap<String, BackendConfig>,
 }
 
 /// Why a configuration file could not be used.
@@ -78,7 +85,16 @@ impl Config {
         self.lifecycle.validate()?;
         self.sandbox.validate()?;
         self.limits.validate()?;
-        self.server.validate()
+        self.server.validate()?;
+        for (name, backend) in &self.backends {
+            backend.validate(name)?;
+        }
+        match &self.default_backend {
+            Some(name) if name != "local" && !self.backends.contains_key(name) => Err(format!(
+                "default_backend = {name:?} names no backend: add a [backends.{name}] section or use \"local\""
+            )),
+            _ => Ok(()),
+        }
     }
 }
 

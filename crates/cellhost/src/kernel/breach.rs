@@ -14,7 +14,7 @@ use crate::sandbox::Limit;
 
 /// A limit the cell hit; `killed`: the kernel died of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Breach {
+pub(crate) struct Breach {
     pub limit: Limit,
     pub killed: bool,
 }

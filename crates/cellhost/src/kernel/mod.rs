@@ -36,10 +36,13 @@ use crate::output::OutputLimits;
 use crate::sandbox::{ResourceLimits, Sandbox, SandboxError};
 use crate::tools::ToolSet;
 
+pub(crate) use display::Displays;
 pub use display::{CellEvent, DisplayLimits};
 pub use frame::FrameError;
-pub(crate) use process::random_hex;
+pub(crate) use process::{private_dir, random_hex, Exit, DISPLAY_SOURCE, RUNNER_SOURCE};
+pub(crate) use report::{report as describe_outcome, Report, Vacancy as LocalVacancy};
 pub use unix::{pid_alive, process_group, process_start_time, rss_bytes};
+pub(crate) use wait::{Outcome, Stop};
 
 /// How to start kernels. `Default` gives a local kernel on `python3` from
 /// PATH (resolved once), the host's allow-listed environment, and the
@@ -264,6 +267,10 @@ pub enum SpawnError {
     TooOld { version: String },
     #[error("kernel handshake failed: {detail}")]
     Handshake { detail: String },
+    /// A remote kernel could not be shipped to or reached on its host
+    /// (see [`crate::remote`]).
+    #[error("failed to start a remote kernel on backend {backend:?}: {detail}")]
+    Remote { backend: String, detail: String },
 }
 
 /// Failure of a kernel operation. A cell that fails (exception, timeout,
@@ -288,10 +295,10 @@ pub(crate) enum Control {
 /// What observers may read without asking the actor.
 #[derive(Debug, Default)]
 pub(crate) struct Observed {
-    pid: AtomicU32,
-    busy: AtomicBool,
-    execution_count: AtomicU64,
-    id: std::sync::Mutex<String>,
+    pub(crate) pid: AtomicU32,
+    pub(crate) busy: AtomicBool,
+    pub(crate) execution_count: AtomicU64,
+    pub(crate) id: std::sync::Mutex<String>,
     /// A new host path for the sandbox workspace, taken at the next
     /// (re)start of the process (the manager renamed the directory).
     moved_workspace: std::sync::Mutex<Option<PathBuf>>,
@@ -349,6 +356,28 @@ impl Kernel {
                 observed,
             }),
         })
+    }
+
+    /// A handle on another actor (a remote kernel's, see
+    /// [`crate::remote`]) that serves the same requests and controls and
+    /// keeps `observed` up to date.
+    pub(crate) fn from_actor(
+        observed: Arc<Observed>,
+    ) -> (
+        Kernel,
+        mpsc::UnboundedReceiver<Request>,
+        mpsc::UnboundedReceiver<Control>,
+    ) {
+        let (requests, req_rx) = mpsc::unbounded_channel();
+        let (control, ctl_rx) = mpsc::unbounded_channel();
+        let kernel = Kernel {
+            inner: Arc::new(Inner {
+                requests,
+                control,
+                observed,
+            }),
+        };
+        (kernel, req_rx, ctl_rx)
     }
 
     /// Run one cell. Cells queue and run one at a time in arrival order.

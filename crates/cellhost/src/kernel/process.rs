@@ -22,13 +22,13 @@ use crate::tools::{AuthoritySlot, ToolServer, TOKEN_ENV};
 /// The runner script: its parts joined (compile.py and limits.py define
 /// what runner.py calls), shipped as one file so a kernel reads and
 /// compiles one script.
-const RUNNER_SOURCE: &str = concat!(
+pub(crate) const RUNNER_SOURCE: &str = concat!(
     include_str!("../runner/compile.py"),
     include_str!("../runner/limits.py"),
     include_str!("../runner/runner.py")
 );
 /// Rich outputs; runner.py reads it from its own dir at start.
-const DISPLAY_SOURCE: &str = include_str!("../runner/display.py");
+pub(crate) const DISPLAY_SOURCE: &str = include_str!("../runner/display.py");
 
 /// How a process ended, for notes and errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

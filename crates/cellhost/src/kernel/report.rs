@@ -14,7 +14,7 @@ use super::wait::{Outcome, Stop};
 
 /// Why there is no live process, and what the next cell must be told.
 #[derive(Debug, Clone)]
-pub(super) enum Vacancy {
+pub(crate) enum Vacancy {
     /// Already reported by the cell that saw it (ended, died in a cell,
     /// killed after a timeout): the next cell only says it got a fresh
     /// kernel, and why. Empty: nothing to say (shutdown).
@@ -63,7 +63,7 @@ impl Vacancy {
 }
 
 /// The parts of a cell result decided by how the cell ended.
-pub(super) struct Report {
+pub(crate) struct Report {
     pub status: Status,
     pub value: Option<String>,
     pub error: Option<String>,
@@ -75,7 +75,7 @@ pub(super) struct Report {
 /// Describe how the cell ended; sets `info`'s state flags and note.
 /// `stderr_tail` is the end of the cell's stderr, quoted when the kernel
 /// died; `breach` names the resource limit the cell ran into, if any.
-pub(super) fn report(
+pub(crate) fn report(
     outcome: &Outcome,
     stop: Option<Stop>,
     info: &mut KernelInfo,
@@ -224,7 +224,7 @@ pub(super) fn report(
 }
 
 /// `2s`, `1.5s`, `250ms`.
-pub(super) fn human(d: Duration) -> String {
+pub(crate) fn human(d: Duration) -> String {
     if d.as_millis().is_multiple_of(1000) {
         format!("{}s", d.as_secs())
     } else if d < Duration::from_secs(1) {

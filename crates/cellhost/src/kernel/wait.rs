@@ -34,13 +34,13 @@ const DISPLAY_WAKES_IN_A_ROW: u32 = 16;
 
 /// Why the runner is being asked to stop the cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Stop {
+pub(crate) enum Stop {
     Timeout(Duration),
     Interrupt,
 }
 
 /// How waiting for a cell ended.
-pub(super) enum Outcome {
+pub(crate) enum Outcome {
     /// The runner was already dead when the cell was sent: the cell never
     /// ran, so it can run in a fresh kernel.
     NotDelivered(Exit),

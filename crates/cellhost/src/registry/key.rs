@@ -81,6 +81,11 @@ pub struct KernelSpec {
     /// The tools the kernel's cells may call (sorted, so order never makes
     /// a second kernel).
     pub tools: BTreeSet<String>,
+    /// Where the kernel runs: `"local"` or a `[backends.NAME]`; `None`
+    /// means the manager's default backend. The manager moves it into
+    /// [`KernelKey::backend`] (it is `None` inside a key).
+    #[serde(skip)]
+    pub backend: Option<String>,
 }
 
 impl KernelSpec {
@@ -91,6 +96,12 @@ impl KernelSpec {
 
     pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
         self.cwd = Some(cwd.into());
+        self
+    }
+
+    /// Run on backend `name` (`"local"` or a configured remote backend).
+    pub fn backend(mut self, name: impl Into<String>) -> Self {
+        self.backend = Some(name.into());
         self
     }
 

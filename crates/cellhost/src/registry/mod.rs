@@ -19,6 +19,7 @@ mod key;
 mod options;
 mod pool;
 mod recovery;
+mod remote;
 mod slot;
 mod workspace;
 
@@ -92,6 +93,7 @@ struct State {
 
 struct Shared {
     opts: ManagerOptions,
+    backends: crate::remote::Backends,
     state: Mutex<State>,
     pool: pool::Pool,
     counters: Counters,
@@ -140,6 +142,7 @@ impl KernelManager {
             .unwrap_or_default()
         };
         let shared = Arc::new(Shared {
+            backends: remote::backends(&opts),
             pool: pool::Pool::new(opts.warm_pool),
             opts,
             state: Mutex::new(State::default()),
@@ -182,11 +185,7 @@ impl KernelManager {
         cell: Cell,
     ) -> Result<CellResult, ManagerError> {
         validate_owner(owner)?;
-        let key = KernelKey {
-            owner: owner.to_owned(),
-            backend: "local".to_owned(),
-            spec: spec.clone(),
-        };
+        let key = remote::key_for(&self.shared.opts, &self.shared.backends, owner, spec);
         let mut cell = cell;
         if let Some(allow) = &cell.allow {
             if let Some(stray) = allow.iter().find(|n| !spec.tools.contains(*n)) {
@@ -337,6 +336,11 @@ impl KernelManager {
         // A miss (an empty pool, or dead pooled kernels) asks for a refill
         // too: refills otherwise follow only pool hits.
         let mut refill = false;
+        if key.backend != "local" {
+            let k = remote::spawn(opts, &self.shared.backends, key).await?;
+            self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
+            return Ok((k, false));
+        }
         if key.spec.is_default_process() && self.shared.pool.target() > 0 {
             refill = true;
             if let Some((k, ws)) = self.shared.pool.take(&root) {
@@ -367,6 +371,11 @@ impl KernelManager {
         let k = Kernel::spawn(kernel).await?;
         self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
         Ok((k, refill))
+    }
+
+    /// The remote backends (session defaults, fleet loads, placement).
+    pub fn backends(&self) -> &crate::remote::Backends {
+        &self.shared.backends
     }
 
     /// Interrupt the running cell of each of `owner`'s kernels (not its
@@ -502,7 +511,9 @@ impl KernelManager {
                     } else {
                         now.duration_since(meta.last_used).as_secs_f64()
                     },
-                    rss_bytes: pid.and_then(crate::kernel::rss_bytes),
+                    rss_bytes: pid
+                        .filter(|_| slot.key.backend == "local")
+                        .and_then(crate::kernel::rss_bytes),
                 }
             })
             .collect();
@@ -561,6 +572,7 @@ impl KernelManager {
         for dir in pool_dirs {
             workspace::remove(&root, &dir);
         }
+        self.shared.backends.shutdown().await;
     }
 }
 

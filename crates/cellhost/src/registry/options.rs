@@ -4,7 +4,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::config::LifecycleConfig;
+use std::collections::BTreeMap;
+
+use crate::config::{BackendConfig, Config, LifecycleConfig};
 use crate::kernel::KernelOptions;
 use crate::sandbox::{Sandbox, StrictSandbox};
 use crate::tools::ToolSet;
@@ -28,6 +30,10 @@ pub struct ManagerOptions {
     pub data_dir: PathBuf,
     /// Staging dirs older than this are swept at start. Default 7 days.
     pub stale_staging_age: Duration,
+    /// Remote backends by name (`[backends.NAME]`); see [`crate::remote`].
+    pub backends: BTreeMap<String, BackendConfig>,
+    /// The backend of cells whose spec names none (`None`: `"local"`).
+    pub default_backend: Option<String>,
     /// The agent's tools. A kernel's tool set (its key's) is a subset,
     /// and its cells call them through the `tools` module.
     pub tools: ToolSet,
@@ -44,8 +50,29 @@ impl ManagerOptions {
             warm_pool: defaults.warm_pool,
             data_dir: data_dir.into(),
             stale_staging_age: Duration::from_secs(7 * 24 * 3600),
+            backends: BTreeMap::new(),
+            default_backend: None,
             tools: ToolSet::new(),
         }
+    }
+
+    /// Apply `[backends.*]` and `default_backend`.
+    pub fn remote(mut self, config: &Config) -> Self {
+        self.backends = config.backends.clone();
+        self.default_backend = config.default_backend.clone();
+        self
+    }
+
+    /// Add one remote backend.
+    pub fn backend(mut self, name: impl Into<String>, config: BackendConfig) -> Self {
+        self.backends.insert(name.into(), config);
+        self
+    }
+
+    /// The backend of cells whose spec names none.
+    pub fn default_backend(mut self, name: impl Into<String>) -> Self {
+        self.default_backend = Some(name.into());
+        self
     }
 
     /// Apply a `[lifecycle]` config section.

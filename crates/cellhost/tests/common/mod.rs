@@ -3,6 +3,7 @@
 
 pub mod display;
 pub mod registry;
+pub mod remote;
 pub mod tools;
 
 use std::time::{Duration, Instant};

@@ -1,0 +1,344 @@
+//! Waiting for one remote cell (one exec, serving interrupts and
+//! shutdown meanwhile), reading the waiter's verdict, and the one-shot
+//! fallback after a failed spawn.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cellhost_protocol::{CellResult, KernelInfo};
+use tokio::sync::{mpsc, oneshot};
+
+use super::super::result::{parse, Blob, Finisher};
+use super::super::script;
+use super::super::transport::ExecOutput;
+use super::{Actor, Waited, MAX_STREAM, QUICK};
+use crate::kernel::{random_hex, Control, Displays, Exit, Outcome, Stop};
+use crate::tools::Authority;
+
+enum Served {
+    Reply(serde_json::Value),
+    /// The cell's timeout passed while the tool ran (it was cancelled).
+    TimedOut(serde_json::Value),
+    /// A control message arrived while the tool ran.
+    Control(Option<Control>),
+}
+
+/// Serve one tool request of the running cell under its authority, within
+/// the time the cell has left.
+async fn serve_tool(
+    authority: &Arc<Authority>,
+    token: &str,
+    body: &[u8],
+    left: Option<Duration>,
+    control: &mut mpsc::UnboundedReceiver<Control>,
+) -> Served {
+    use serde_json::{json, Value};
+    let req: Value = match serde_json::from_slice(body) {
+        Ok(v) => v,
+        Err(e) => return Served::Reply(json!({"error": format!("bad tool request: {e}")})),
+    };
+    if req.get("token").and_then(Value::as_str) != Some(token) {
+        return Served::Reply(json!({"error": "tool call refused: bad token"}));
+    }
+    let name = req
+        .get("tool")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let args = req.get("args").cloned().unwrap_or(Value::Null);
+    let mut call = match authority.dispatch(&name, args) {
+        Ok(h) => h,
+        Err(why) => return Served::Reply(json!({"error": why})),
+    };
+    let limit = async {
+        match left {
+            Some(l) => tokio::time::sleep(l).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        r = &mut call => Served::Reply(match r {
+            Ok(Ok(v)) => json!({"result": v}),
+            Ok(Err(e)) => json!({"error": e.message()}),
+            Err(e) => json!({"error": format!("tool {name:?} failed: {e}")}),
+        }),
+        () = limit => {
+            call.abort();
+            Served::TimedOut(json!({"error": format!("tool call {name:?} cancelled: the cell's timeout passed")}))
+        }
+        ctl = control.recv() => {
+            call.abort();
+            Served::Control(ctl)
+        }
+    }
+}
+
+impl Actor {
+    /// Send the cell (`request`, a runner frame) and wait for it: one exec,
+    /// plus one more per tool call the cell makes (served here under the
+    /// cell's `authority`); interrupts and shutdown are served meanwhile.
+    pub(super) async fn wait(
+        &mut self,
+        request: Vec<u8>,
+        timeout: Option<Duration>,
+        control: &mut mpsc::UnboundedReceiver<Control>,
+        authority: &Arc<Authority>,
+        tools: bool,
+    ) -> Waited {
+        let live = self.live.as_ref().expect("called with a live runner");
+        let (pid, dir, token) = (live.pid, live.dir.clone(), live.token.clone());
+        let grace = self.o.kernel.interrupt_grace;
+        let mut w = script::Wait {
+            dir_seq: self.seq,
+            pid,
+            left: timeout,
+            interrupted: false,
+            grace,
+            tools,
+            respond: None,
+        };
+        let mut stdin = request;
+        let mut host_stop = None;
+        let mut kill_at: Option<tokio::time::Instant> = None;
+        let mut killed = false;
+        loop {
+            let script = script::cell(&dir, w);
+            let deadline = w
+                .left
+                .map(|t| t + grace + self.o.common.transport_timeout());
+            let transport = self.o.transport.clone();
+            let input = std::mem::take(&mut stdin);
+            let mut exec =
+                tokio::spawn(async move { transport.exec(&script, input, deadline).await });
+            let waited = loop {
+                tokio::select! {
+                    r = &mut exec => {
+                        break match r {
+                            Ok(Ok(out)) => self.parse_wait(&out, timeout, host_stop, killed),
+                            Ok(Err(e)) => Waited::Transport(e.to_string()),
+                            Err(e) => Waited::Transport(format!("the exec task failed: {e}")),
+                        };
+                    }
+                    ctl = control.recv() => match ctl {
+                        Some(Control::Interrupt(tx)) => {
+                            if host_stop.is_none() {
+                                host_stop = Some(Stop::Interrupt);
+                                kill_at = Some(tokio::time::Instant::now() + grace);
+                                let _ = self.quick(&script::interrupt(pid)).await;
+                            }
+                            let _ = tx.send(true);
+                        }
+                        other => return self.shut_down_in_cell(pid, &mut exec, other, host_stop).await,
+                    },
+                    () = async { tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)).await }, if kill_at.is_some() && !killed => {
+                        killed = true;
+                        let _ = self.quick(&script::kill_now(pid)).await;
+                    }
+                }
+            };
+            let Waited::Tool {
+                k,
+                interrupted,
+                left,
+                body,
+            } = waited
+            else {
+                return waited;
+            };
+            let served = Instant::now();
+            let reply = serve_tool(authority, &token, &body, left, control).await;
+            let mut interrupted = interrupted;
+            // The call's time counts against the cell's.
+            let mut left = left.map(|l| {
+                l.saturating_sub(served.elapsed())
+                    .max(Duration::from_millis(1))
+            });
+            let reply = match reply {
+                Served::Reply(r) => r,
+                Served::TimedOut(r) if !interrupted => {
+                    // As the waiting script would have: SIGINT now, then
+                    // the grace.
+                    let _ = self.quick(&script::interrupt(pid)).await;
+                    interrupted = true;
+                    left = Some(grace);
+                    r
+                }
+                Served::TimedOut(r) => {
+                    left = Some(Duration::from_millis(1));
+                    r
+                }
+                Served::Control(ctl) => match ctl {
+                    Some(Control::Interrupt(tx)) => {
+                        // The cell is waiting for this call: it is cancelled,
+                        // and the cell gets the SIGINT.
+                        if host_stop.is_none() {
+                            host_stop = Some(Stop::Interrupt);
+                            kill_at = Some(tokio::time::Instant::now() + grace);
+                            let _ = self.quick(&script::interrupt(pid)).await;
+                        }
+                        let _ = tx.send(true);
+                        serde_json::json!({"error": "tool call cancelled: the cell was interrupted"})
+                    }
+                    other => {
+                        let _ = self.quick(&script::kill_now(pid)).await;
+                        let tx = match other {
+                            Some(Control::Shutdown(tx)) => tx,
+                            _ => oneshot::channel().0,
+                        };
+                        return Waited::Done(Outcome::ShutDown(tx), host_stop, Blob::default());
+                    }
+                },
+            };
+            stdin = reply.to_string().into_bytes();
+            w.respond = Some(k);
+            w.interrupted = interrupted;
+            w.left = left;
+        }
+    }
+
+    async fn shut_down_in_cell(
+        &self,
+        pid: u32,
+        exec: &mut tokio::task::JoinHandle<Result<ExecOutput, super::super::transport::ExecError>>,
+        ctl: Option<Control>,
+        host_stop: Option<Stop>,
+    ) -> Waited {
+        let _ = self.quick(&script::kill_now(pid)).await;
+        let _ = tokio::time::timeout(QUICK, exec).await;
+        let tx = match ctl {
+            Some(Control::Shutdown(tx)) => tx,
+            _ => oneshot::channel().0,
+        };
+        Waited::Done(Outcome::ShutDown(tx), host_stop, Blob::default())
+    }
+
+    fn parse_wait(
+        &self,
+        out: &ExecOutput,
+        timeout: Option<Duration>,
+        host_stop: Option<Stop>,
+        killed: bool,
+    ) -> Waited {
+        let nl = out
+            .stdout
+            .iter()
+            .position(|&b| b == b'\n')
+            .unwrap_or(out.stdout.len());
+        let first = String::from_utf8_lossy(&out.stdout[..nl]).into_owned();
+        let rest = out.stdout.get(nl + 1..).unwrap_or_default();
+        let (word, arg) = first.split_once(' ').unwrap_or((first.as_str(), ""));
+        let stop = match (arg, timeout) {
+            ("timeout", Some(t)) => Some(Stop::Timeout(t)),
+            _ => host_stop,
+        };
+        let tail_blob = || Blob {
+            stderr: rest.to_vec(),
+            ..Blob::default()
+        };
+        match word {
+            "TOOL" => {
+                let mut parts = arg.split(' ');
+                let k = parts.next().and_then(|k| k.parse::<u64>().ok());
+                let interrupted = parts.next() == Some("timeout");
+                let left = parts.next().and_then(|l| l.parse::<u64>().ok());
+                match (k, left) {
+                    (Some(k), Some(left)) => Waited::Tool {
+                        k,
+                        interrupted,
+                        left: (left > 0).then(|| Duration::from_millis(left)),
+                        body: rest.to_vec(),
+                    },
+                    _ => Waited::Done(Outcome::Broken(format!("bad tool request line {first:?}")), stop, Blob::default()),
+                }
+            }
+            "RESULT" => match parse(rest) {
+                Ok(blob) => match blob.reply.clone() {
+                    Some(reply) => Waited::Done(Outcome::Reply(reply), stop, blob),
+                    None => Waited::Done(Outcome::Broken("the runner wrote no reply".into()), stop, blob),
+                },
+                Err(e) => Waited::Done(Outcome::Broken(format!("bad result file: {e}")), stop, Blob::default()),
+            },
+            "DEAD" => Waited::NotDelivered(
+                "had exited before this cell (idle self-exit, container restart or crash)".into(),
+            ),
+            "GONE" => Waited::NotDelivered(
+                "and its kernel dir were gone before this cell (idle self-exit after idle_exit_seconds, host restart or temp cleanup)".into(),
+            ),
+            "DIED" if killed => Waited::Done(Outcome::KilledAfterGrace, stop, tail_blob()),
+            "DIED" => Waited::Done(Outcome::Died(Exit::Unknown), stop, tail_blob()),
+            "KILLED" => Waited::Done(Outcome::KilledAfterGrace, stop, tail_blob()),
+            _ => Waited::Transport(format!(
+                "{} ended without a verdict (exit status {:?}: {})",
+                self.o.transport.describe(),
+                out.status,
+                out.stderr_line()
+            )),
+        }
+    }
+
+    /// Fail open: run the cell in a fresh process in the shipped dir.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn oneshot(
+        &mut self,
+        code: &str,
+        dir: &str,
+        why: &str,
+        timeout: Option<Duration>,
+        mut info: KernelInfo,
+        displays: &mut Displays,
+        started: Instant,
+    ) -> CellResult {
+        info.id = format!("r-oneshot-{}", random_hex(4));
+        info.execution_count = 1;
+        let s = script::oneshot(
+            &self.o.common.python,
+            dir,
+            MAX_STREAM,
+            self.o.cwd.as_deref(),
+        );
+        let deadline = timeout.map(|t| t + self.o.common.transport_timeout());
+        let out = self
+            .o
+            .transport
+            .exec(&s, code.as_bytes().to_vec(), deadline)
+            .await;
+        let note = format!(
+            "The remote kernel could not start ({why}), so this cell ran one-shot in a fresh process: no state is kept between cells; the next cell tries to start a kernel again."
+        );
+        let waited = match out {
+            Ok(out) => self.parse_wait(&out, None, None, false),
+            Err(e) => Waited::Transport(e.to_string()),
+        };
+        let mut r = match waited {
+            Waited::Done(outcome, stop, blob) => {
+                let (report, _) = self.report(&outcome, stop, &mut info, "", &blob, displays);
+                Finisher {
+                    output: &self.o.kernel.output,
+                    cleaner: &self.cleaner,
+                    spill_dir: &self.o.kernel.spill_dir,
+                }
+                .finish(
+                    report,
+                    info,
+                    &blob.stdout,
+                    &blob.stderr,
+                    displays,
+                    started.elapsed().as_secs_f64(),
+                )
+            }
+            Waited::Tool { .. } => {
+                self.stale = Some((dir.to_owned(), None));
+                self.transport_lost("a one-shot cell cannot call tools".into(), info, started)
+            }
+            Waited::Transport(d) | Waited::NotDelivered(d) => {
+                self.stale = Some((dir.to_owned(), None));
+                self.transport_lost(d, info, started)
+            }
+        };
+        r.kernel.note = Some(match r.kernel.note.take() {
+            Some(n) => format!("{note} {n}"),
+            None => note,
+        });
+        r
+    }
+}

@@ -1,0 +1,254 @@
+//! Remote kernels: session kernels on hosts reached only through
+//! run-to-completion exec (ssh, docker exec, kubectl exec), and fleets of
+//! ssh hosts.
+//!
+//! A remote kernel is an ordinary [`Kernel`] handle whose actor
+//! (`kernel.rs`) drives a detached runner on the far side through files
+//! in a private kernel dir, one exec per cell. So the registry's caps,
+//! idle reaping, busy-skip, children and disposal apply unchanged.
+//!
+//! `transport.rs` is the exec abstraction; `ssh.rs`, `docker.rs` and
+//! `kubectl.rs` its three clients; `script.rs` the remote commands;
+//! `result.rs` the result blob and the output pipeline; `fleet.rs`
+//! placement on several hosts. [`Backends`] holds the configured backends
+//! of one manager.
+
+mod docker;
+mod fleet;
+mod kernel;
+mod kubectl;
+mod result;
+mod script;
+mod ssh;
+mod transport;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+pub use docker::DockerTransport;
+pub use fleet::{Fleet, Lease};
+pub use kubectl::KubectlTransport;
+pub use ssh::SshTransport;
+pub use transport::{shell_quote, ExecError, ExecOutput, Transport};
+
+use crate::config::BackendConfig;
+use crate::kernel::{Kernel, KernelOptions, SpawnError};
+
+/// Stable short hex name for file names (FNV-1a, 64 bits).
+pub(crate) fn short_hash(s: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in s.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+#[derive(Debug)]
+enum Backend {
+    Ssh {
+        config: BackendConfig,
+        hosts: Vec<Arc<SshTransport>>,
+        fleet: Arc<Fleet>,
+    },
+    Docker(BackendConfig),
+    Kubectl(BackendConfig, Arc<KubectlTransport>),
+}
+
+/// The configured remote backends of one manager, by name, and each
+/// session's default backend. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Backends {
+    map: Arc<BTreeMap<String, Backend>>,
+    sessions: Arc<Mutex<HashMap<String, String>>>,
+}
+
+/// A backend name that is not configured.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("unknown backend {name:?}: add a [backends.{name}] section to cellhost.toml or use \"local\" (configured: {known})")]
+pub struct UnknownBackend {
+    name: String,
+    known: String,
+}
+
+/// What a remote kernel is started with besides its backend.
+pub(crate) struct Placement<'a> {
+    pub owner: &'a str,
+    pub python: Option<&'a Path>,
+    pub cwd: Option<&'a Path>,
+    pub kernel: KernelOptions,
+    /// The manager's idle timeout: the runner exits by itself after it.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Backends {
+    /// Backends from `[backends.*]`; ssh control sockets and known_hosts
+    /// go in `ssh_dir` (created 0700 on first use).
+    pub fn new(config: &BTreeMap<String, BackendConfig>, ssh_dir: &Path) -> Backends {
+        let map = config
+            .iter()
+            .map(|(name, c)| {
+                let b = match c {
+                    BackendConfig::Ssh(s) => {
+                        let hosts = s.all_hosts();
+                        Backend::Ssh {
+                            hosts: hosts
+                                .iter()
+                                .map(|h| Arc::new(SshTransport::new(s, h, ssh_dir)))
+                                .collect(),
+                            fleet: Fleet::new(hosts),
+                            config: c.clone(),
+                        }
+                    }
+                    BackendConfig::Docker(_) => Backend::Docker(c.clone()),
+                    BackendConfig::Kubectl(k) => {
+                        Backend::Kubectl(c.clone(), Arc::new(KubectlTransport::new(k)))
+                    }
+                };
+                (name.clone(), b)
+            })
+            .collect();
+        let _ = crate::kernel::private_dir(ssh_dir);
+        Backends {
+            map: Arc::new(map),
+            sessions: Arc::default(),
+        }
+    }
+
+    /// Make `name` the backend of `session`'s cells (and its delegated
+    /// children's) whose spec names none; `None` goes back to the
+    /// manager's default. A cell's own `backend` still wins.
+    ///
+    /// # Errors
+    /// [`UnknownBackend`] when `name` is neither `"local"` nor configured.
+    pub fn set_session_default(
+        &self,
+        session: &str,
+        name: Option<&str>,
+    ) -> Result<(), UnknownBackend> {
+        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        match name {
+            None => {
+                sessions.remove(session);
+            }
+            Some(n) if n == "local" || self.map.contains_key(n) => {
+                sessions.insert(session.to_owned(), n.to_owned());
+            }
+            Some(n) => {
+                return Err(UnknownBackend {
+                    name: n.to_owned(),
+                    known: self.names().join(", "),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// The default backend of `owner`'s session, if one was set.
+    pub fn session_default(&self, owner: &str) -> Option<String> {
+        let session = owner
+            .split(crate::registry::CHILD_SEPARATOR)
+            .next()
+            .unwrap_or(owner);
+        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        sessions.get(session).cloned()
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        self.map.keys().cloned().collect()
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.map.contains_key(name)
+    }
+
+    /// `(host, live kernels)` of an ssh backend's hosts.
+    pub fn host_loads(&self, backend: &str) -> Vec<(String, usize)> {
+        match self.map.get(backend) {
+            Some(Backend::Ssh { fleet, .. }) => fleet.loads(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The ssh host `owner`'s kernels on `backend` run on, while it has any.
+    pub fn host_of(&self, backend: &str, owner: &str) -> Option<String> {
+        match self.map.get(backend) {
+            Some(Backend::Ssh { fleet, .. }) => fleet.host_of(owner),
+            _ => None,
+        }
+    }
+
+    /// Start a kernel of `p.owner` on backend `name`.
+    pub(crate) async fn spawn(&self, name: &str, p: Placement<'_>) -> Result<Kernel, SpawnError> {
+        let err = |detail: String| SpawnError::Remote {
+            backend: name.to_owned(),
+            detail,
+        };
+        let Some(backend) = self.map.get(name) else {
+            let known = self.names();
+            return Err(err(format!(
+                "no such backend; add a [backends.{name}] section to cellhost.toml (configured: {})",
+                if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+            )));
+        };
+        let (config, transport, owns, lease): (&BackendConfig, Arc<dyn Transport>, bool, _) =
+            match backend {
+                Backend::Ssh {
+                    config,
+                    hosts,
+                    fleet,
+                } => {
+                    let lease = fleet.place(p.owner);
+                    let t: Arc<dyn Transport> = hosts[lease.host].clone();
+                    (config, t, false, Some(lease))
+                }
+                Backend::Docker(c @ BackendConfig::Docker(d)) => {
+                    let t = DockerTransport::connect(d, c.common().transport_timeout())
+                        .await
+                        .map_err(|e| err(e.to_string()))?;
+                    let owns = d.container.is_none();
+                    (c, Arc::new(t) as Arc<dyn Transport>, owns, None)
+                }
+                Backend::Docker(c) => return Err(err(format!("misconfigured backend {c:?}"))),
+                Backend::Kubectl(c, t) => (c, t.clone() as Arc<dyn Transport>, false, None),
+            };
+        let mut common = config.common();
+        if let Some(py) = p.python {
+            common.python = py.display().to_string();
+        }
+        let idle = common
+            .idle_exit_seconds
+            .map(Duration::from_secs)
+            .or(p.idle_timeout)
+            .unwrap_or(Duration::from_secs(1800));
+        kernel::spawn(kernel::RemoteKernelOptions {
+            backend: name.to_owned(),
+            transport,
+            owns_transport: owns,
+            common,
+            idle_exit: idle,
+            cwd: p.cwd.map(|c| c.display().to_string()),
+            kernel: p.kernel,
+            lease,
+        })
+        .await
+    }
+
+    /// Stop the ssh masters. Kernels must be shut down first.
+    pub async fn shutdown(&self) {
+        for b in self.map.values() {
+            if let Backend::Ssh { hosts, .. } = b {
+                for h in hosts {
+                    h.shutdown().await;
+                }
+            }
+        }
+    }
+}
+
+/// Where a manager keeps its ssh control sockets.
+pub fn ssh_dir(runtime_dir: &Path) -> PathBuf {
+    runtime_dir.join("ssh")
+}

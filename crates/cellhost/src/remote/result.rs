@@ -1,0 +1,199 @@
+//! A remote cell's result blob, turned into a [`CellResult`] through the
+//! same output pipeline as local cells (cap, spill, clean, redact).
+//!
+//! Blob: `CELLHOST1 <frames> <stdout> <stderr>\n` then the three parts.
+//! The frames are runner.py's own (displays, then the `done` reply).
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use cellhost_protocol::{CellResult, KernelInfo, Truncated};
+
+use crate::kernel::frame::{Frame, FrameReader};
+use crate::kernel::{private_dir, Displays, Report};
+use crate::output::{Capture, Cleaner, OutputLimits};
+
+/// A parsed result blob.
+#[derive(Debug, Default)]
+pub(crate) struct Blob {
+    pub reply: Option<Frame>,
+    pub displays: Vec<Frame>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// Parse a blob; `Err` says what is wrong with it.
+pub(crate) fn parse(bytes: &[u8]) -> Result<Blob, String> {
+    let nl = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or("no header line")?;
+    let head = std::str::from_utf8(&bytes[..nl]).map_err(|_| "header is not text")?;
+    let mut parts = head.split(' ');
+    if parts.next() != Some("CELLHOST1") {
+        return Err(format!(
+            "unknown header {:?}",
+            head.chars().take(40).collect::<String>()
+        ));
+    }
+    let sizes: Vec<usize> = parts
+        .map(|p| p.parse::<usize>().map_err(|_| format!("bad size {p:?}")))
+        .collect::<Result<_, _>>()?;
+    let [f, o, e] = sizes[..] else {
+        return Err("header needs three sizes".into());
+    };
+    let body = &bytes[nl + 1..];
+    if body.len() != f.saturating_add(o).saturating_add(e) {
+        return Err(format!(
+            "truncated: {} bytes for a body of {}",
+            body.len(),
+            f + o + e
+        ));
+    }
+    let mut blob = Blob {
+        stdout: body[f..f + o].to_vec(),
+        stderr: body[f + o..].to_vec(),
+        ..Blob::default()
+    };
+    let mut reader = FrameReader::default();
+    reader.extend(&body[..f]);
+    while let Some(frame) = reader.next_frame().map_err(|e| format!("bad frame: {e}"))? {
+        match frame.text("op").as_deref() {
+            Some("display") => blob.displays.push(frame),
+            Some("done") => blob.reply = Some(frame),
+            other => return Err(format!("unexpected frame op {other:?}")),
+        }
+    }
+    Ok(blob)
+}
+
+/// Turns raw cell output into the bounded, cleaned result.
+pub(crate) struct Finisher<'a> {
+    pub output: &'a OutputLimits,
+    pub cleaner: &'a Cleaner,
+    pub spill_dir: &'a Path,
+}
+
+impl Finisher<'_> {
+    pub(crate) fn finish(
+        &self,
+        report: Report,
+        info: KernelInfo,
+        stdout: &[u8],
+        stderr: &[u8],
+        displays: &mut Displays,
+        seconds: f64,
+    ) -> CellResult {
+        let limits = OutputLimits {
+            spill_cap_bytes: 0,
+            ..self.output.clone()
+        };
+        let clean_field = |s: Option<String>| {
+            s.map(|s| {
+                let mut c = Capture::new(&limits, PathBuf::new());
+                c.push(s.as_bytes());
+                c.finish(self.cleaner).text
+            })
+        };
+        // Raw spill files of cut streams go here.
+        let _ = private_dir(self.spill_dir);
+        let tag = super::short_hash(&format!("{}-{}", info.id, info.execution_count));
+        let capture = |bytes: &[u8], stream: &str| {
+            let mut c = Capture::new(
+                self.output,
+                self.spill_dir.join(format!("remote-{tag}.{stream}.raw")),
+            );
+            c.push(bytes);
+            c.finish(self.cleaner)
+        };
+        let out = capture(stdout, "stdout");
+        let err = capture(stderr, "stderr");
+        let spill_path = self.write_spill(&info, out.full.as_deref(), err.full.as_deref());
+        let (items, dropped, note) = displays.finish();
+        CellResult {
+            status: report.status,
+            stdout: out.text,
+            stderr: err.text,
+            value: clean_field(report.value),
+            error: clean_field(report.error),
+            traceback: clean_field(report.traceback),
+            displays: items,
+            truncated: Truncated {
+                stdout: out.truncated,
+                stderr: err.truncated,
+                spill_path,
+                displays_dropped: dropped,
+                displays_note: note,
+            },
+            tool_calls_made: 0,
+            duration_seconds: seconds,
+            kernel: info,
+        }
+    }
+
+    /// The full text of cut streams, owner-only, created exclusively.
+    fn write_spill(
+        &self,
+        info: &KernelInfo,
+        out: Option<&str>,
+        err: Option<&str>,
+    ) -> Option<String> {
+        let text = match (out, err) {
+            (None, None) => return None,
+            (Some(o), None) => o.to_owned(),
+            (None, Some(e)) => e.to_owned(),
+            (Some(o), Some(e)) => format!("--- stdout ---\n{o}\n--- stderr ---\n{e}"),
+        };
+        let path = self
+            .spill_dir
+            .join(format!("{}-cell-{}.txt", info.id, info.execution_count));
+        let write = || -> io::Result<()> {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            private_dir(self.spill_dir)?;
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(0o600)
+                .open(&path)?;
+            f.write_all(text.as_bytes())
+        };
+        write().ok().map(|()| path.display().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blob_splits_into_frames_and_streams() {
+        let reply = Frame::new()
+            .with("op", "done")
+            .with("status", "ok")
+            .encode();
+        let mut blob = format!("CELLHOST1 {} 3 2\n", reply.len()).into_bytes();
+        blob.extend(&reply);
+        blob.extend(b"outer");
+        let b = parse(&blob).unwrap();
+        assert_eq!(b.stdout, b"out");
+        assert_eq!(b.stderr, b"er");
+        assert_eq!(b.reply.unwrap().text("status").as_deref(), Some("ok"));
+    }
+
+    #[test]
+    fn a_cut_or_foreign_blob_is_refused_with_the_reason() {
+        assert!(parse(b"CELLHOST1 0 5 0\nabc")
+            .unwrap_err()
+            .contains("truncated"));
+        assert!(parse(b"HTTP/1.1 200\n")
+            .unwrap_err()
+            .contains("unknown header"));
+        assert!(parse(b"").unwrap_err().contains("no header"));
+    }
+}

@@ -1,0 +1,223 @@
+//! OpenSSH: one multiplexed connection (ControlMaster) per host.
+//!
+//! The master is started explicitly (`ssh -M -N -f`, its stderr in a log
+//! file: a backgrounded master would otherwise hold the first command's
+//! stderr pipe open) under a per-host lock, so concurrent first calls
+//! share one connection. Commands then ride it with `ControlMaster=no`;
+//! if the master is gone, ssh falls back to a direct connection and the
+//! next call starts a new master. `BatchMode=yes` (never a prompt), a
+//! known_hosts file of cellhost's own, keepalives so a dead link is
+//! noticed. [`Transport::shutdown`] stops the master (`ssh -O exit`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::transport::{
+    run_client, shell_quote, BoxFuture, Client, ExecError, ExecOutput, Transport,
+};
+use crate::config::SshConfig;
+
+/// One ssh host.
+#[derive(Debug)]
+pub struct SshTransport {
+    ssh: PathBuf,
+    host: String,
+    user: Option<String>,
+    port: Option<u16>,
+    /// Options shared by the master and every command.
+    options: Vec<String>,
+    control_path: PathBuf,
+    master_log: PathBuf,
+    connect_timeout: Duration,
+    master: tokio::sync::Mutex<()>,
+}
+
+impl SshTransport {
+    /// A transport to `host` with `config`'s settings; the control socket
+    /// and known_hosts live in `dir` (0700).
+    pub fn new(config: &SshConfig, host: &str, dir: &std::path::Path) -> SshTransport {
+        let keepalive = config.keepalive_seconds.unwrap_or(5).max(1);
+        let connect = config.connect_timeout_seconds.unwrap_or(10).max(1);
+        let known = config
+            .known_hosts
+            .clone()
+            .unwrap_or_else(|| dir.join("known_hosts"));
+        let mut options = vec![
+            "-o".into(),
+            "BatchMode=yes".into(),
+            "-o".into(),
+            format!("UserKnownHostsFile={}", known.display()),
+            "-o".into(),
+            format!(
+                "StrictHostKeyChecking={}",
+                config
+                    .strict_host_key_checking
+                    .as_deref()
+                    .unwrap_or("accept-new")
+            ),
+            "-o".into(),
+            format!("ConnectTimeout={connect}"),
+            "-o".into(),
+            format!("ServerAliveInterval={keepalive}"),
+            "-o".into(),
+            "ServerAliveCountMax=3".into(),
+            "-o".into(),
+            "LogLevel=ERROR".into(),
+        ];
+        if let Some(id) = &config.identity {
+            options.extend(["-i".into(), id.display().to_string()]);
+            options.extend(["-o".into(), "IdentitiesOnly=yes".into()]);
+        }
+        if let Some(p) = config.port {
+            options.extend(["-p".into(), p.to_string()]);
+        }
+        if let Some(u) = &config.user {
+            options.extend(["-l".into(), u.clone()]);
+        }
+        let tag = super::short_hash(&format!("{host}:{:?}:{:?}", config.port, config.user));
+        SshTransport {
+            ssh: config.ssh.clone().unwrap_or_else(|| "ssh".into()),
+            host: host.to_owned(),
+            user: config.user.clone(),
+            port: config.port,
+            options,
+            control_path: dir.join(format!("cm-{tag}")),
+            master_log: dir.join(format!("master-{tag}.log")),
+            connect_timeout: Duration::from_secs(connect),
+            master: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The argv of one command on the host (without the program).
+    pub fn command_args(&self, script: &str) -> Vec<String> {
+        let mut args = self.options.clone();
+        args.extend([
+            "-T".into(),
+            "-o".into(),
+            "ControlMaster=no".into(),
+            "-o".into(),
+            format!("ControlPath={}", self.control_path.display()),
+            self.host.clone(),
+            "--".into(),
+            format!("sh -c {}", shell_quote(script)),
+        ]);
+        args
+    }
+
+    /// Start the master unless its socket is there.
+    async fn ensure_master(&self) -> Result<(), ExecError> {
+        let _one = self.master.lock().await;
+        if self.control_path.exists() {
+            return Ok(());
+        }
+        let log = std::fs::File::create(&self.master_log).map_err(|e| ExecError::Failed {
+            what: self.describe(),
+            detail: format!("cannot create {}: {e}", self.master_log.display()),
+        })?;
+        let mut args = self.options.clone();
+        args.extend([
+            "-M".into(),
+            "-N".into(),
+            "-f".into(),
+            "-o".into(),
+            "ControlPersist=600".into(),
+            "-o".into(),
+            format!("ControlPath={}", self.control_path.display()),
+            self.host.clone(),
+        ]);
+        let mut cmd = tokio::process::Command::new(&self.ssh);
+        cmd.args(&args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        let what = self.describe();
+        let status = tokio::time::timeout(self.connect_timeout * 2, async {
+            cmd.spawn()?.wait().await
+        })
+        .await
+        .map_err(|_| ExecError::Timeout {
+            what: what.clone(),
+            after: self.connect_timeout * 2,
+        })?
+        .map_err(|e| ExecError::Client {
+            program: self.ssh.display().to_string(),
+            detail: e.to_string(),
+        })?;
+        if !status.success() {
+            let text = std::fs::read_to_string(&self.master_log).unwrap_or_default();
+            return Err(ExecError::Failed {
+                what,
+                detail: format!(
+                    "cannot connect ({}); check host, port, user and identity",
+                    text.trim()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Transport for SshTransport {
+    fn exec<'a>(
+        &'a self,
+        script: &'a str,
+        stdin: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<'a, Result<ExecOutput, ExecError>> {
+        Box::pin(async move {
+            self.ensure_master().await?;
+            let client = Client {
+                program: self.ssh.clone(),
+                args: self.command_args(script),
+                env: vec![],
+            };
+            let out = run_client(&client, stdin, timeout, &self.describe()).await;
+            if let Ok(o) = &out {
+                if o.status == Some(255) {
+                    // ssh's own failure: the connection, not the script.
+                    let _ = std::fs::remove_file(&self.control_path);
+                    return Err(ExecError::Failed {
+                        what: self.describe(),
+                        detail: o.stderr_line(),
+                    });
+                }
+            }
+            out
+        })
+    }
+
+    fn describe(&self) -> String {
+        let user = self
+            .user
+            .as_deref()
+            .map(|u| format!("{u}@"))
+            .unwrap_or_default();
+        let port = self.port.map(|p| format!(":{p}")).unwrap_or_default();
+        format!("ssh {user}{}{port}", self.host)
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _one = self.master.lock().await;
+            if !self.control_path.exists() {
+                return;
+            }
+            let mut args = self.options.clone();
+            args.extend([
+                "-o".into(),
+                format!("ControlPath={}", self.control_path.display()),
+                "-O".into(),
+                "exit".into(),
+                self.host.clone(),
+            ]);
+            let client = Client {
+                program: self.ssh.clone(),
+                args,
+                env: vec![],
+            };
+            let _ = run_client(&client, vec![], Some(Duration::from_secs(5)), "ssh -O exit").await;
+            let _ = std::fs::remove_file(&self.control_path);
+        })
+    }
+}

@@ -1,0 +1,188 @@
+//! Run-to-completion exec: the one thing every remote backend offers.
+//!
+//! A [`Transport`] runs a POSIX shell script on the remote side with some
+//! bytes on its stdin and returns its stdout, stderr and exit status. The
+//! script is sent as the command (never containing a secret: secrets go
+//! on stdin). All three backends are command-line clients (`ssh`,
+//! `docker exec -i`, `kubectl exec -i`), run by [`run_client`].
+
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A boxed future, so [`Transport`] stays object safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// What one exec produced.
+#[derive(Debug, Clone, Default)]
+pub struct ExecOutput {
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    /// Exit status of the client; `None` when it was killed by a signal.
+    pub status: Option<i32>,
+}
+
+impl ExecOutput {
+    /// The last non-empty line of stderr, for error messages.
+    pub fn stderr_line(&self) -> String {
+        String::from_utf8_lossy(&self.stderr)
+            .lines()
+            .rev()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("")
+            .to_owned()
+    }
+}
+
+/// Why an exec did not complete. Any of these counts as "the remote side
+/// may be dead".
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ExecError {
+    #[error("failed to run {program}: {detail}; check that it is installed and on PATH")]
+    Client { program: String, detail: String },
+    #[error("{what} did not answer within {after:?} (connection lost?)")]
+    Timeout { what: String, after: Duration },
+    #[error("{what} failed: {detail}")]
+    Failed { what: String, detail: String },
+}
+
+/// A way to run a command on a remote host, container or pod.
+pub trait Transport: Send + Sync + fmt::Debug {
+    /// Run `script` with `sh -c` remotely, `stdin` on its stdin; give up
+    /// (killing the local client) after `timeout`.
+    fn exec<'a>(
+        &'a self,
+        script: &'a str,
+        stdin: Vec<u8>,
+        timeout: Option<Duration>,
+    ) -> BoxFuture<'a, Result<ExecOutput, ExecError>>;
+
+    /// Where this runs, for notes: `ssh user@host:port`, `docker exec ID`.
+    fn describe(&self) -> String;
+
+    /// Release what the transport holds (ssh master, per-kernel
+    /// container). Idempotent; best effort.
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// A local client program and its arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client {
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    pub env: Vec<(String, String)>,
+}
+
+/// `'…'`, safe in any POSIX shell.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Run a client to completion with `stdin`, collecting its output;
+/// killed (and the exec failed) after `timeout`.
+pub async fn run_client(
+    client: &Client,
+    stdin: Vec<u8>,
+    timeout: Option<Duration>,
+    what: &str,
+) -> Result<ExecOutput, ExecError> {
+    let mut cmd = tokio::process::Command::new(&client.program);
+    cmd.args(&client.args)
+        .envs(client.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| ExecError::Client {
+        program: client.program.display().to_string(),
+        detail: e.to_string(),
+    })?;
+    let mut input = child.stdin.take();
+    let mut out = child.stdout.take();
+    let mut err = child.stderr.take();
+    let work = async move {
+        let feed = async {
+            if let Some(mut i) = input.take() {
+                // A client that exits early closes its stdin: not an error here.
+                let _ = i.write_all(&stdin).await;
+                let _ = i.shutdown().await;
+            }
+        };
+        let (_, stdout, stderr, status) = tokio::join!(
+            feed,
+            async {
+                let mut buf = Vec::new();
+                if let Some(mut s) = out.take() {
+                    let _ = s.read_to_end(&mut buf).await;
+                }
+                buf
+            },
+            async {
+                let mut buf = Vec::new();
+                if let Some(mut s) = err.take() {
+                    let _ = s.read_to_end(&mut buf).await;
+                }
+                buf
+            },
+            child.wait()
+        );
+        let status = status.map_err(|e| ExecError::Failed {
+            what: what.to_owned(),
+            detail: format!("waiting for the client: {e}"),
+        })?;
+        Ok(ExecOutput {
+            stdout,
+            stderr,
+            status: status.code(),
+        })
+    };
+    match timeout {
+        None => work.await,
+        Some(t) => tokio::time::timeout(t, work)
+            .await
+            .map_err(|_| ExecError::Timeout {
+                what: what.to_owned(),
+                after: t,
+            })?,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_quotes() {
+        assert_eq!(shell_quote("a'b"), "'a'\\''b'");
+        assert_eq!(shell_quote(""), "''");
+    }
+
+    #[tokio::test]
+    async fn a_local_client_runs_with_stdin_and_a_timeout() {
+        let sh = Client {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), "cat; echo err >&2; exit 3".into()],
+            env: vec![],
+        };
+        let out = run_client(&sh, b"hi".to_vec(), None, "sh").await.unwrap();
+        assert_eq!(out.stdout, b"hi");
+        assert_eq!(out.stderr_line(), "err");
+        assert_eq!(out.status, Some(3));
+        let slow = Client {
+            args: vec!["-c".into(), "sleep 5".into()],
+            ..sh
+        };
+        let e = run_client(&slow, vec![], Some(Duration::from_millis(100)), "sh")
+            .await
+            .unwrap_err();
+        assert!(matches!(e, ExecError::Timeout { .. }), "{e}");
+    }
+}
