@@ -94,11 +94,19 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
     } else {
         "none"
     };
+    let tools = match cellhost_server::webhook::toolset(&config.tools) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("cellhost: {e}");
+            return 2;
+        }
+    };
     let manager = KernelManager::start(
         ManagerOptions::new(&data_dir)
             .lifecycle(&config.lifecycle)
             .kernel(opts)
-            .remote(&config),
+            .remote(&config)
+            .tools(tools),
     )
     .await;
     let state = AppState::new(

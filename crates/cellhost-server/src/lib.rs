@@ -17,6 +17,7 @@ mod execute;
 mod metrics;
 mod openapi;
 mod serve;
+pub mod webhook;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;

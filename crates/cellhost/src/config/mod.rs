@@ -11,6 +11,7 @@ mod lifecycle;
 mod limits;
 mod sandbox;
 mod server;
+mod tools;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +24,7 @@ pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;
 pub use sandbox::{Profile, SandboxConfig};
 pub use server::{ServerConfig, DEFAULT_LISTEN};
+pub use tools::ToolConfig;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -42,6 +44,8 @@ pub struct Config {
     pub default_backend: Option<String>,
     /// `[backends.NAME]`: remote kernels over ssh, docker or kubectl.
     pub backends: BTreeMap<String, BackendConfig>,
+    /// `[[tools]]`: tools the daemon offers to cells, served over HTTP.
+    pub tools: Vec<ToolConfig>,
 }
 
 /// Why a configuration file could not be used.
@@ -86,6 +90,16 @@ impl Config {
         self.sandbox.validate()?;
         self.limits.validate()?;
         self.server.validate()?;
+        let mut names = std::collections::BTreeSet::new();
+        for tool in &self.tools {
+            tool.validate()?;
+            if !names.insert(tool.name.as_str()) {
+                return Err(format!(
+                    "[[tools]]: a tool named {:?} is already registered; tool names must be unique",
+                    tool.name
+                ));
+            }
+        }
         for (name, backend) in &self.backends {
             backend.validate(name)?;
         }
