@@ -382,3 +382,66 @@ fn the_config_file_feeds_serve_and_a_typo_in_it_is_refused() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o).1.contains("listen_on"), "{:?}", text(&o));
 }
+
+/// A real HTTP tool endpoint (Python's http.server) that answers
+/// `{"result": {"got": args}}`; returns the process and its URL.
+fn tool_endpoint() -> (Child, String) {
+    let script = r#"
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers['Content-Length'])))
+        out = json.dumps({"result": {"got": body["args"], "tool": body["tool"]}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", script])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    (child, format!("http://127.0.0.1:{}/tool", port.trim()))
+}
+
+#[test]
+fn tools_in_the_config_are_callable_from_cells_through_the_daemon() {
+    let (mut endpoint, url) = tool_endpoint();
+    let data = tempfile::tempdir().unwrap();
+    let conf = data.path().join("cellhost.toml");
+    std::fs::write(
+        &conf,
+        format!(
+            "[sandbox]\nprofile = \"none\"\n[[tools]]\nname = \"lookup\"\ndescription = \"Look up.\"\nurl = \"{url}\"\nparameters = {{ type = \"object\", properties = {{ q = {{ type = \"string\" }} }}, required = [\"q\"] }}\n"
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(data.path(), &["--config", conf.to_str().unwrap()], &[]);
+    let o = d.cli(&[
+        "exec",
+        "-s",
+        "t",
+        "import tools\nprint(tools.lookup.__doc__.splitlines()[0])\ntools.lookup(q='x')",
+    ]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out} {err}");
+    assert!(out.contains("Look up."), "{out}");
+    assert!(
+        out.contains("{'got': {'q': 'x'}, 'tool': 'lookup'}"),
+        "{out}"
+    );
+    drop(d);
+    let _ = endpoint.kill();
+    let _ = endpoint.wait();
+}
