@@ -99,6 +99,8 @@ enum Waited {
         interrupted: bool,
         left: Option<Duration>,
         body: Vec<u8>,
+        /// The request's full size (`body` is cut after the limit).
+        size: u64,
     },
     Done(Outcome, Option<Stop>, Blob),
     NotDelivered(String),
