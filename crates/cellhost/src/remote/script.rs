@@ -143,7 +143,7 @@ pub fn cell(dir: &str, w: Wait) -> String {
         r#"  for f in toolreq.*; do
     [ -e "$f" ] || break
     if [ $t -gt 0 ]; then r=$((t-e)); [ $r -lt 1 ] && r=1; else r=0; fi
-    sz=$(wc -c < "$f")
+    sz=$(($(wc -c < "$f")))
     echo "TOOL ${f#toolreq.} $stop $r $sz"; head -c $((maxreq+1)) "$f"; rm -f "$f"; exit 0
   done
 "#
