@@ -50,6 +50,15 @@ def _read_env():
                     _token = value
                     R._rpc_token = value
                     R._tools_token = value
+                elif name == "CELLHOST_DISPLAY":
+                    # The kernel's display caps, as --display= gives a
+                    # local runner; a cell's displays must also fit in the
+                    # MAX_STREAM bytes of frames the result carries.
+                    most = max(MAX_STREAM - (1 << 20), 1 << 16)
+                    caps = [int(c) for c in value.split(",")]
+                    R.MAX_CELL_BYTES = min(caps[1], most)
+                    R.MAX_DISPLAY = min(caps[0], R.MAX_CELL_BYTES)
+                    R.MAX_CELL_DISPLAYS = caps[2]
         os.unlink(path)
     except OSError:
         pass
