@@ -125,7 +125,9 @@ pub fn cell(dir: &str, w: Wait) -> String {
     let start = match w.respond {
         None => format!(
             "cat > tmp.req.{n} && mv -f tmp.req.{n} req.{n} || {{ echo GONE; exit 0; }}\n\
-             if ! alive {pid} || ! kill -USR1 {pid} 2>/dev/null; then rm -f req.{n}; echo DEAD; exit 0; fi"
+             if ! alive {pid} || ! kill -USR1 {pid} 2>/dev/null; then\n\
+             \x20 [ -e run.{n} ] || [ -e res.{n} ] || {{ rm -f req.{n}; echo DEAD; exit 0; }}\n\
+             fi"
         ),
         Some(k) => format!(
             "head -c {max_reply} > tmp.toolres.{k} && mv -f tmp.toolres.{k} toolres.{k} || {{ echo 'DIED {stop}'; exit 0; }}",
@@ -271,6 +273,20 @@ mod tests {
         let _ = runner.wait();
         assert!(out.starts_with("DEAD"), "{out:?}");
         assert!(!dir.path().join("req.1").exists());
+    }
+
+    #[test]
+    fn a_runner_that_claimed_the_cell_and_died_at_once_is_died_not_dead() {
+        let dir = tempfile::tempdir().unwrap();
+        // The cell was claimed (run.1) by a runner that is gone by the
+        // time the script checks it: the cell may have run.
+        std::fs::write(dir.path().join("run.1"), b"").unwrap();
+        let mut gone = Command::new("/bin/true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        let s = cell(dir.path().to_str().unwrap(), wait(pid, None, None));
+        let out = run(&s, b"req", None);
+        assert!(out.starts_with("DIED none"), "{out:?}");
     }
 
     #[test]
