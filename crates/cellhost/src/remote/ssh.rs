@@ -214,6 +214,7 @@ impl Transport for SshTransport {
         Box::pin(async move {
             let _one = self.master.lock().await;
             if !self.control_path.exists() {
+                let _ = std::fs::remove_file(&self.master_log);
                 return;
             }
             let mut args = self.options.clone();
@@ -234,6 +235,7 @@ impl Transport for SshTransport {
             };
             let _ = run_client(&client, vec![], Some(Duration::from_secs(5)), "ssh -O stop").await;
             let _ = std::fs::remove_file(&self.control_path);
+            let _ = std::fs::remove_file(&self.master_log);
         })
     }
 }
