@@ -311,3 +311,23 @@ async fn an_oversized_remote_tool_request_is_refused_by_the_host() {
     assert!(r.kernel.reused && !r.kernel.state_lost);
     m.manager.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_fleet_host_that_cannot_connect_is_skipped_and_backed_off() {
+    // 127.0.0.2 has no sshd (connection refused at once); it is first in
+    // the list, so with equal loads every new owner was placed there.
+    let backend = cellhost::config::BackendConfig::Ssh(common::remote::ssh_config(&[
+        "127.0.0.2",
+        &env("CELLHOST_TEST_SSH_HOST"),
+    ]));
+    let m = remote_manager("fleet", backend, |o| o).await;
+    for owner in ["a", "b"] {
+        let r = m.run(owner, "1").await;
+        assert_eq!(r.status, Status::Success, "{owner}: {:?}", r.error);
+        assert_eq!(
+            m.manager.backends().host_of("fleet", owner).as_deref(),
+            Some(env("CELLHOST_TEST_SSH_HOST").as_str())
+        );
+    }
+    m.manager.shutdown().await;
+}
