@@ -80,6 +80,18 @@ async fn an_image_backend_gives_each_kernel_its_own_container_and_a_restart_lose
     assert_eq!(r.status, Status::Success, "{r:?}");
     let ids = containers_of_image();
     assert_eq!(ids.len(), 1, "one container for the kernel: {ids:?}");
+    let label = std::process::Command::new("docker")
+        .env("DOCKER_HOST", env("DOCKER_HOST"))
+        .args([
+            "inspect",
+            "-f",
+            "{{index .Config.Labels \"cellhost.manager\"}}",
+            &ids[0],
+        ])
+        .output()
+        .unwrap();
+    let label = String::from_utf8_lossy(&label.stdout).trim().to_owned();
+    assert!(!label.is_empty(), "labelled with its manager");
     let out = std::process::Command::new("docker")
         .env("DOCKER_HOST", env("DOCKER_HOST"))
         .args(["restart", "-t", "0", &ids[0]])

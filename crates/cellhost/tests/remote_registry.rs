@@ -8,7 +8,8 @@ mod common;
 use std::time::Duration;
 
 use cellhost::registry::{child_owner, KernelSpec};
-use cellhost::{Cell, Status};
+use cellhost::{Cell, KernelState, Status};
+use common::registry::eventually;
 use common::remote::{alive_via, env, fleet, remote_manager, run_spec, ssh, ssh_sh};
 
 fn on_host(s: &str) -> String {
@@ -122,7 +123,17 @@ async fn lru_eviction_applies_to_remote_kernels_and_skips_a_busy_one() {
                 .await
         }
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // b must be busy (its cell out) before c needs the slot.
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            m.manager
+                .list()
+                .iter()
+                .any(|k| k.owner == "b" && k.state == KernelState::Busy)
+        })
+        .await,
+        "b never became busy"
+    );
     m.run("c", "1").await;
     let r = busy.await.unwrap().unwrap();
     assert_eq!(r.status, Status::Success, "{r:?}");
@@ -279,5 +290,44 @@ async fn a_slow_remote_tool_call_is_cancelled_at_the_cell_timeout_and_state_is_k
     );
     let r = run_spec(&m.manager, "s", &spec, Cell::new("x")).await;
     assert_eq!(r.value.as_deref(), Some("9"));
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_oversized_remote_tool_request_is_refused_by_the_host() {
+    let log = common::tools::Log::default();
+    let m = remote_manager("box", ssh(), |o| o.tools(common::tools::toolset(&log))).await;
+    let spec = KernelSpec::default().tools(["echo"]);
+    // The cell lifts the runner's own check: the host must still refuse.
+    let code = "import tools\ntools.MAX_PAYLOAD = 1 << 30\ntry:\n    tools.echo(text='x' * (11 << 20))\nexcept tools.ToolError as e:\n    print('refused:', e)\n";
+    let r = run_spec(&m.manager, "s", &spec, Cell::new(code)).await;
+    assert_eq!(r.status, Status::Success, "{:?}", r.error);
+    assert!(
+        r.stdout.contains("refused: tool request refused") && r.stdout.contains("limit"),
+        "{:?}",
+        r.stdout
+    );
+    let r = run_spec(&m.manager, "s", &spec, Cell::new("1")).await;
+    assert!(r.kernel.reused && !r.kernel.state_lost);
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_fleet_host_that_cannot_connect_is_skipped_and_backed_off() {
+    // 127.0.0.2 has no sshd (connection refused at once); it is first in
+    // the list, so with equal loads every new owner was placed there.
+    let backend = cellhost::config::BackendConfig::Ssh(common::remote::ssh_config(&[
+        "127.0.0.2",
+        &env("CELLHOST_TEST_SSH_HOST"),
+    ]));
+    let m = remote_manager("fleet", backend, |o| o).await;
+    for owner in ["a", "b"] {
+        let r = m.run(owner, "1").await;
+        assert_eq!(r.status, Status::Success, "{owner}: {:?}", r.error);
+        assert_eq!(
+            m.manager.backends().host_of("fleet", owner).as_deref(),
+            Some(env("CELLHOST_TEST_SSH_HOST").as_str())
+        );
+    }
     m.manager.shutdown().await;
 }

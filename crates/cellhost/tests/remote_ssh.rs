@@ -315,3 +315,72 @@ async fn an_unreachable_host_fails_closed_with_what_to_check() {
     assert!(m.manager.list().is_empty());
     m.manager.shutdown().await;
 }
+
+#[tokio::test]
+async fn displays_over_the_remote_result_cap_are_dropped_whole_never_cut() {
+    let m = remote_manager("box", ssh(), |o| o).await;
+    m.run("s", "x = 7").await;
+    // Three 4 MB displays: over the 8 MiB the remote side returns. Cutting
+    // the frames file by bytes broke the last frame (a protocol error
+    // that killed the kernel).
+    let r = m
+        .run(
+            "s",
+            "class Big:\n    def __init__(s, c): s.c = c\n    def _repr_html_(s): return s.c * 4_000_000\n\
+             for c in 'abc': display(Big(c))\nx",
+        )
+        .await;
+    assert_eq!(r.status, Status::Success, "{:?} {:?}", r.error, r.kernel);
+    assert_eq!(r.value.as_deref(), Some("7"));
+    assert!(r.truncated.displays_dropped >= 1, "{:?}", r.truncated);
+    let r = m.run("s", "x").await;
+    assert!(r.kernel.reused && !r.kernel.state_lost, "{:?}", r.kernel);
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn one_managers_shutdown_leaves_another_managers_cells_alone() {
+    // Two managers sharing a runtime dir (as two daemons under the same
+    // default one would): the ssh control socket was shared, and the
+    // first one's shutdown (`-O exit`) cut the second one's running cell.
+    let dir = tempfile::tempdir().unwrap();
+    let start = |data: &str| {
+        cellhost::registry::KernelManager::start(
+            cellhost::registry::ManagerOptions::new(dir.path().join(data))
+                .kernel(cellhost::KernelOptions::default().runtime_dir(dir.path().join("run")))
+                .warm_pool(0)
+                .idle_timeout(None)
+                .backend("box", ssh())
+                .default_backend("box"),
+        )
+    };
+    let a = start("a").await;
+    let b = start("b").await;
+    assert_eq!(
+        a.execute("s", Cell::new("1")).await.unwrap().status,
+        Status::Success
+    );
+    assert_eq!(
+        b.execute("s", Cell::new("x = 2")).await.unwrap().status,
+        Status::Success
+    );
+    let cell = tokio::spawn({
+        let b = b.clone();
+        async move {
+            b.execute("s", Cell::new("import time; time.sleep(2); x"))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    a.shutdown().await;
+    let r = cell.await.unwrap().unwrap();
+    assert_eq!(
+        r.status,
+        Status::Success,
+        "{:?} {:?}",
+        r.error,
+        r.kernel.note
+    );
+    assert_eq!(r.value.as_deref(), Some("2"));
+    b.shutdown().await;
+}

@@ -202,6 +202,26 @@ impl BackendConfig {
                 "[backends.{name}]: timeouts must be finite numbers"
             ));
         }
+        // A value starting with `-` would reach ssh/docker/kubectl as an
+        // option (`-oProxyCommand=…` runs a local command).
+        let mut values: Vec<(&str, String)> = Vec::new();
+        match self {
+            BackendConfig::Ssh(s) => {
+                values.extend(s.all_hosts().into_iter().map(|h| ("host", h)));
+                values.extend(s.user.iter().map(|u| ("user", u.clone())));
+            }
+            BackendConfig::Docker(d) => {
+                values.extend(d.container.iter().map(|c| ("container", c.clone())));
+                values.extend(d.image.iter().map(|c| ("image", c.clone())));
+                values.extend(d.user.iter().map(|u| ("user", u.clone())));
+            }
+            BackendConfig::Kubectl(k) => values.push(("pod", k.pod.clone())),
+        }
+        if let Some((key, v)) = values.iter().find(|(_, v)| v.starts_with('-')) {
+            return Err(format!(
+                "[backends.{name}]: {key} = {v:?} starts with '-', which the client would take as an option; fix the value"
+            ));
+        }
         match self {
             BackendConfig::Ssh(s) if s.all_hosts().is_empty() => Err(format!(
                 "[backends.{name}]: kind = \"ssh\" needs host = \"…\" or hosts = [\"…\"]"
@@ -260,6 +280,11 @@ mod tests {
         assert!(e.contains("telnet"), "{e}");
         let e = parse("[backends.local]\nkind = \"kubectl\"\npod = \"p\"\n").unwrap_err();
         assert!(e.contains("reserved"), "{e}");
+        let e = parse("[backends.b]\nkind = \"ssh\"\nhost = \"-oProxyCommand=touch /tmp/x\"\n")
+            .unwrap_err();
+        assert!(e.contains("starts with '-'"), "{e}");
+        let e = parse("[backends.b]\nkind = \"ssh\"\nhost = \"h\"\nuser = \"-x\"\n").unwrap_err();
+        assert!(e.contains("user"), "{e}");
         let e = parse("default_backend = \"nope\"\n").unwrap_err();
         assert!(e.contains("nope") && e.contains("[backends.nope]"), "{e}");
     }

@@ -35,6 +35,7 @@ use crate::interpreter::{Interpreter, InterpreterError};
 use crate::output::OutputLimits;
 use crate::sandbox::{ResourceLimits, Sandbox, SandboxError};
 use crate::tools::ToolSet;
+pub(crate) use process::max_display_bytes;
 
 pub(crate) use display::Displays;
 pub use display::{CellEvent, DisplayLimits};

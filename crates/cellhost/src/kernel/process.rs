@@ -546,7 +546,7 @@ fn spawn_watcher(pgid: u32, death_r: std::os::fd::OwnedFd) -> Option<tokio::proc
 }
 
 /// The per-display cap, within what a frame may carry.
-fn max_display_bytes(opts: &KernelOptions) -> usize {
+pub(crate) fn max_display_bytes(opts: &KernelOptions) -> usize {
     let most = super::frame::MAX_FRAME - super::display::FRAME_SLACK;
     opts.display.max_display_bytes.min(most)
 }

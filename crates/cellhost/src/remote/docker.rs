@@ -3,7 +3,9 @@
 //! With `container` the kernel runs in an existing container. With
 //! `image` each kernel gets its own container (`docker run -d IMAGE sleep
 //! infinity`, plus `run_args`, default `--network none`), removed
-//! (`docker rm -f`) when the kernel is shut down.
+//! (`docker rm -f`) when the kernel is shut down (or its transport
+//! dropped). Such containers carry the label `cellhost.manager=ID`, and
+//! the manager's shutdown removes any of its own that are left.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -11,6 +13,43 @@ use std::time::Duration;
 
 use super::transport::{run_client, BoxFuture, Client, ExecError, ExecOutput, Transport};
 use crate::config::DockerConfig;
+
+/// The label of containers started for a kernel: the manager's id.
+pub const LABEL: &str = "cellhost.manager";
+
+/// Remove every container labelled as started by `manager`.
+pub async fn remove_labelled(config: &DockerConfig, manager: &str) {
+    let (docker, env) = DockerTransport::client(config);
+    let list = Client {
+        program: docker.clone(),
+        args: vec![
+            "ps".into(),
+            "-aq".into(),
+            "--filter".into(),
+            format!("label={LABEL}={manager}"),
+        ],
+        env: env.clone(),
+    };
+    let Ok(out) = run_client(&list, vec![], Some(Duration::from_secs(30)), "docker ps").await
+    else {
+        return;
+    };
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    if ids.is_empty() {
+        return;
+    }
+    let mut args = vec!["rm".to_owned(), "-f".to_owned()];
+    args.extend(ids);
+    let rm = Client {
+        program: docker,
+        args,
+        env,
+    };
+    let _ = run_client(&rm, vec![], Some(Duration::from_secs(30)), "docker rm").await;
+}
 
 #[derive(Debug)]
 pub struct DockerTransport {
@@ -38,12 +77,18 @@ impl DockerTransport {
     pub async fn connect(
         config: &DockerConfig,
         timeout: Duration,
+        manager: &str,
     ) -> Result<DockerTransport, ExecError> {
         let (docker, env) = Self::client(config);
         let (container, owned) = match (&config.container, &config.image) {
             (Some(c), _) => (c.clone(), false),
             (None, Some(image)) => {
-                let mut args = vec!["run".to_owned(), "-d".to_owned()];
+                let mut args = vec![
+                    "run".to_owned(),
+                    "-d".to_owned(),
+                    "--label".to_owned(),
+                    format!("{LABEL}={manager}"),
+                ];
                 args.extend(
                     config
                         .run_args
@@ -83,6 +128,18 @@ impl DockerTransport {
             user: config.user.clone(),
             owned: Mutex::new(owned),
         })
+    }
+
+    /// A transport into an existing container (for tests).
+    #[cfg(test)]
+    fn existing(container: &str) -> DockerTransport {
+        DockerTransport {
+            docker: "docker".into(),
+            env: vec![],
+            container: container.to_owned(),
+            user: None,
+            owned: Mutex::new(false),
+        }
     }
 
     /// The argv after the program.
@@ -131,9 +188,10 @@ impl Transport for DockerTransport {
     }
 
     fn describe(&self) -> String {
+        // By chars: a configured container name may be any text.
         format!(
             "docker exec {}",
-            &self.container[..self.container.len().min(12)]
+            self.container.chars().take(12).collect::<String>()
         )
     }
 
@@ -150,5 +208,33 @@ impl Transport for DockerTransport {
                     run_client(&client, vec![], Some(Duration::from_secs(30)), "docker rm").await;
             }
         })
+    }
+}
+
+impl Drop for DockerTransport {
+    /// A kernel's own container still there (its shutdown never ran):
+    /// removed in the background.
+    fn drop(&mut self) {
+        let owned = std::mem::take(&mut *self.owned.lock().unwrap_or_else(|e| e.into_inner()));
+        if owned {
+            let _ = std::process::Command::new(&self.docker)
+                .args(["rm", "-f", &self.container])
+                .envs(self.env.iter().map(|(k, v)| (k, v)))
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn describe_cuts_a_non_ascii_name_by_chars() {
+        let t = DockerTransport::existing("ééééééééééééééé");
+        assert_eq!(t.describe(), format!("docker exec {}", "é".repeat(12)));
     }
 }

@@ -99,6 +99,8 @@ enum Waited {
         interrupted: bool,
         left: Option<Duration>,
         body: Vec<u8>,
+        /// The request's full size (`body` is cut after the limit).
+        size: u64,
     },
     Done(Outcome, Option<Stop>, Blob),
     NotDelivered(String),
@@ -203,7 +205,12 @@ impl Actor {
                 "runner.py": b64(RUNNER_SOURCE),
                 "display.py": b64(DISPLAY_SOURCE),
                 "remote.py": b64(REMOTE_SOURCE),
-                "env": b64(&format!("CELLHOST_RPC_TOKEN={token}\n")),
+                "env": b64(&format!(
+                    "CELLHOST_RPC_TOKEN={token}\nCELLHOST_DISPLAY={},{},{}\n",
+                    crate::kernel::max_display_bytes(&self.o.kernel),
+                    self.o.kernel.display.max_cell_bytes,
+                    self.o.kernel.display.max_cell_displays
+                )),
             },
             "args": args,
             "spawn_timeout": self.o.common.spawn_timeout().as_secs_f64(),

@@ -63,6 +63,9 @@ enum Backend {
 pub struct Backends {
     map: Arc<BTreeMap<String, Backend>>,
     sessions: Arc<Mutex<HashMap<String, String>>>,
+    /// This manager's id, the `cellhost.manager` label of the containers
+    /// it starts (removed at shutdown if a kernel left one).
+    manager: String,
 }
 
 /// A backend name that is not configured.
@@ -114,6 +117,7 @@ impl Backends {
         Backends {
             map: Arc::new(map),
             sessions: Arc::default(),
+            manager: format!("{}-{}", std::process::id(), crate::kernel::random_hex(6)),
         }
     }
 
@@ -193,27 +197,11 @@ impl Backends {
                 if known.is_empty() { "none".to_owned() } else { known.join(", ") }
             )));
         };
-        let (config, transport, owns, lease): (&BackendConfig, Arc<dyn Transport>, bool, _) =
-            match backend {
-                Backend::Ssh {
-                    config,
-                    hosts,
-                    fleet,
-                } => {
-                    let lease = fleet.place(p.owner);
-                    let t: Arc<dyn Transport> = hosts[lease.host].clone();
-                    (config, t, false, Some(lease))
-                }
-                Backend::Docker(c @ BackendConfig::Docker(d)) => {
-                    let t = DockerTransport::connect(d, c.common().transport_timeout())
-                        .await
-                        .map_err(|e| err(e.to_string()))?;
-                    let owns = d.container.is_none();
-                    (c, Arc::new(t) as Arc<dyn Transport>, owns, None)
-                }
-                Backend::Docker(c) => return Err(err(format!("misconfigured backend {c:?}"))),
-                Backend::Kubectl(c, t) => (c, t.clone() as Arc<dyn Transport>, false, None),
-            };
+        let config = match backend {
+            Backend::Ssh { config, .. } | Backend::Docker(config) | Backend::Kubectl(config, _) => {
+                config
+            }
+        };
         let mut common = config.common();
         if let Some(py) = p.python {
             common.python = py.display().to_string();
@@ -223,26 +211,70 @@ impl Backends {
             .map(Duration::from_secs)
             .or(p.idle_timeout)
             .unwrap_or(Duration::from_secs(1800));
-        kernel::spawn(kernel::RemoteKernelOptions {
-            backend: name.to_owned(),
-            transport,
-            owns_transport: owns,
-            common,
-            idle_exit: idle,
-            cwd: p.cwd.map(|c| c.display().to_string()),
-            kernel: p.kernel,
-            lease,
-        })
-        .await
+        let options =
+            |transport: Arc<dyn Transport>, owns_transport: bool, lease: Option<Lease>| {
+                kernel::RemoteKernelOptions {
+                    backend: name.to_owned(),
+                    transport,
+                    owns_transport,
+                    common: common.clone(),
+                    idle_exit: idle,
+                    cwd: p.cwd.map(|c| c.display().to_string()),
+                    kernel: p.kernel.clone(),
+                    lease,
+                }
+            };
+        match backend {
+            Backend::Ssh { hosts, fleet, .. } => {
+                // A host that fails to connect or ship is put in backoff
+                // and the kernel tries the next healthy host (each once).
+                let mut tried = vec![false; hosts.len()];
+                loop {
+                    let lease = fleet.place(p.owner);
+                    let host = lease.host;
+                    tried[host] = true;
+                    let t: Arc<dyn Transport> = hosts[host].clone();
+                    match kernel::spawn(options(t, false, Some(lease))).await {
+                        Ok(k) => {
+                            fleet.succeeded(host);
+                            return Ok(k);
+                        }
+                        Err(e) => {
+                            fleet.failed(host);
+                            let next = fleet.peek(p.owner);
+                            if tried[next] {
+                                return Err(e);
+                            }
+                        }
+                    }
+                }
+            }
+            Backend::Docker(BackendConfig::Docker(d)) => {
+                let t = DockerTransport::connect(d, common.transport_timeout(), &self.manager)
+                    .await
+                    .map_err(|e| err(e.to_string()))?;
+                let owns = d.container.is_none();
+                kernel::spawn(options(Arc::new(t), owns, None)).await
+            }
+            Backend::Docker(c) => Err(err(format!("misconfigured backend {c:?}"))),
+            Backend::Kubectl(_, t) => kernel::spawn(options(t.clone(), false, None)).await,
+        }
     }
 
-    /// Stop the ssh masters. Kernels must be shut down first.
+    /// Stop the ssh masters and remove any container this manager started
+    /// that a kernel left behind. Kernels must be shut down first.
     pub async fn shutdown(&self) {
         for b in self.map.values() {
-            if let Backend::Ssh { hosts, .. } = b {
-                for h in hosts {
-                    h.shutdown().await;
+            match b {
+                Backend::Ssh { hosts, .. } => {
+                    for h in hosts {
+                        h.shutdown().await;
+                    }
                 }
+                Backend::Docker(BackendConfig::Docker(d)) if d.image.is_some() => {
+                    docker::remove_labelled(d, &self.manager).await;
+                }
+                _ => {}
             }
         }
     }

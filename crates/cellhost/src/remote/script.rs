@@ -62,6 +62,17 @@ except Exception as e:
 const ALIVE: &str = r#"alive() { kill -0 $1 2>/dev/null || return 1; [ -r /proc/$1/stat ] || return 0; read -r _ _ st _ < /proc/$1/stat; [ "$st" != Z ]; }
 "#;
 
+/// Room for the `{"result": …}` / `{"error": …}` around a tool's
+/// payload in a reply.
+pub const REPLY_ENVELOPE: u64 = 4096;
+
+/// `now`: milliseconds of a monotonic clock into `ms`, so the timeout
+/// counts real time however slow each `sleep` is. `/proc/uptime` through
+/// the `read` builtin (centiseconds; leading zeros stripped so the shell
+/// does not read octal), else `date +%s`.
+const NOW: &str = r#"now() { if [ -r /proc/uptime ] && read -r up _ < /proc/uptime; then c=${up%.*}${up#*.}; c=${c#"${c%%[!0]*}"}; ms=$(( ${c:-0} * 10 )); else ms=$(( $(date +%s) * 1000 )); fi; }
+"#;
+
 /// The ship-and-spawn command.
 pub fn boot(python: &str) -> String {
     format!("exec {} -c {}", shell_quote(python), shell_quote(BOOT))
@@ -82,6 +93,9 @@ pub struct Wait {
     /// The cell has tools: also watch for tool requests.
     pub tools: bool,
     pub respond: Option<u64>,
+    /// Bytes of a tool request or reply the remote side passes on (one
+    /// more is read, so the host can tell an over-long one).
+    pub max_tool_payload: u64,
 }
 
 /// One cell, one exec: write the request atomically, wake the runner,
@@ -89,7 +103,8 @@ pub struct Wait {
 /// growing to 20 ms: no round trips) until the result file appears, the
 /// runner dies, the timeout passes (SIGINT, then after `grace` kill the
 /// process group), or the cell asks for a tool. First line: `RESULT STOP`
-/// (then the blob), `TOOL K STOP LEFT_MS` (then the request), `DEAD` (the
+/// (then the blob), `TOOL K STOP LEFT_MS SIZE` (then at most
+/// `max_tool_payload + 1` bytes of the request), `DEAD` (the
 /// runner was gone: the cell never ran), `GONE` (no kernel dir), `DIED
 /// STOP` or `KILLED STOP` (then the end of the cell's stderr).
 pub fn cell(dir: &str, w: Wait) -> String {
@@ -98,41 +113,62 @@ pub fn cell(dir: &str, w: Wait) -> String {
     let g = w.grace.as_millis();
     let d = shell_quote(dir);
     let stop = if w.interrupted { "timeout" } else { "none" };
+    // Before `mv` the request is not delivered: GONE/DEAD let the host
+    // run the cell on a fresh kernel. Once a cell is out (a tool reply),
+    // any loss of the dir or runner is the running cell's death: `DIED`,
+    // never a word that would make the host send the cell again.
+    let gone = if w.respond.is_some() {
+        format!("DIED {stop}")
+    } else {
+        "GONE".to_owned()
+    };
     let start = match w.respond {
         None => format!(
             "cat > tmp.req.{n} && mv -f tmp.req.{n} req.{n} || {{ echo GONE; exit 0; }}\n\
-             if ! alive {pid} || ! kill -USR1 {pid} 2>/dev/null; then rm -f req.{n}; echo DEAD; exit 0; fi"
+             if ! alive {pid} || ! kill -USR1 {pid} 2>/dev/null; then\n\
+             \x20 [ -e run.{n} ] || [ -e res.{n} ] || {{ rm -f req.{n}; echo DEAD; exit 0; }}\n\
+             fi"
         ),
         Some(k) => format!(
-            "cat > tmp.toolres.{k} && mv -f tmp.toolres.{k} toolres.{k} || {{ echo GONE; exit 0; }}"
+            "head -c {max_reply} > tmp.toolres.{k} && mv -f tmp.toolres.{k} toolres.{k} || {{ echo 'DIED {stop}'; exit 0; }}",
+            max_reply = w.max_tool_payload.saturating_add(REPLY_ENVELOPE + 1)
         ),
+    };
+    // A runner that died without claiming the request (idle self-exit
+    // racing this cell) never ran it: DEAD, like a runner found gone.
+    let never_ran = if w.respond.is_none() {
+        format!("[ -e run.{n} ] || [ -e res.{n} ] || {{ rm -f req.{n}; echo DEAD; exit 0; }}\n    ")
+    } else {
+        String::new()
     };
     let tools = if w.tools {
         r#"  for f in toolreq.*; do
     [ -e "$f" ] || break
     if [ $t -gt 0 ]; then r=$((t-e)); [ $r -lt 1 ] && r=1; else r=0; fi
-    echo "TOOL ${f#toolreq.} $stop $r"; cat "$f"; rm -f "$f"; exit 0
+    sz=$(($(wc -c < "$f")))
+    echo "TOOL ${f#toolreq.} $stop $r $sz"; head -c $((maxreq+1)) "$f"; rm -f "$f"; exit 0
   done
 "#
     } else {
         ""
     };
+    let maxreq = w.max_tool_payload;
     format!(
-        r#"{ALIVE}cd {d} 2>/dev/null || {{ echo GONE; exit 0; }}
+        r#"{ALIVE}{NOW}cd {d} 2>/dev/null || {{ echo '{gone}'; exit 0; }}
 umask 077
 {start}
-t={t}; g={g}; e=0; i=0; stop={stop}
+t={t}; g={g}; e=0; i=0; stop={stop}; maxreq={maxreq}; now; t0=$ms
 while [ ! -e res.{n} ]; do
 {tools}  if ! alive {pid}; then
     [ -e res.{n} ] && break
-    echo "DIED $stop"; tail -c 2000 err.{n} 2>/dev/null; exit 0
+    {never_ran}echo "DIED $stop"; tail -c 2000 err.{n} 2>/dev/null; exit 0
   fi
   i=$((i+1))
   [ $i -le 300 ] && continue
-  if [ $i -le 320 ]; then s=0.001; m=1; elif [ $i -le 360 ]; then s=0.005; m=5; else s=0.02; m=20; fi
-  sleep $s; e=$((e+m))
+  if [ $i -le 320 ]; then s=0.001; elif [ $i -le 360 ]; then s=0.005; else s=0.02; fi
+  sleep $s; now; e=$((ms-t0))
   if [ $t -gt 0 ] && [ $e -ge $t ]; then
-    if [ $stop = none ]; then kill -INT {pid} 2>/dev/null; stop=timeout; t=$g; e=0
+    if [ $stop = none ]; then kill -INT {pid} 2>/dev/null; stop=timeout; t=$g; e=0; t0=$ms
     else kill -KILL -{pid} 2>/dev/null; kill -KILL {pid} 2>/dev/null
       echo "KILLED $stop"; tail -c 2000 err.{n} 2>/dev/null; exit 0
     fi
@@ -174,5 +210,112 @@ pub fn kill(dir: &str, pid: Option<u32>, grace: Duration) -> String {
             "{ALIVE}kill -TERM -{p} 2>/dev/null; i=0; while alive {p} && [ $i -lt {ticks} ]; do sleep 0.05; i=$((i+1)); done; kill -KILL -{p} 2>/dev/null; rm -rf {d}; echo OK"
         ),
         None => format!("rm -rf {d}; echo OK"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::{Command, Stdio};
+    use std::time::Instant;
+
+    fn wait(pid: u32, left: Option<Duration>, respond: Option<u64>) -> Wait {
+        Wait {
+            dir_seq: 1,
+            pid,
+            left,
+            interrupted: false,
+            grace: Duration::from_secs(5),
+            tools: false,
+            respond,
+            max_tool_payload: 1000,
+        }
+    }
+
+    /// Run a cell script locally with `sh`, `path` first on PATH.
+    fn run(script: &str, stdin: &[u8], path: Option<&std::path::Path>) -> String {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped());
+        if let Some(p) = path {
+            cmd.env(
+                "PATH",
+                format!("{}:{}", p.display(), std::env::var("PATH").unwrap()),
+            );
+        }
+        let mut child = cmd.spawn().unwrap();
+        use std::io::Write;
+        let _ = child.stdin.take().unwrap().write_all(stdin);
+        let out = child.wait_with_output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    #[test]
+    fn a_tool_reply_that_cannot_be_written_is_a_death_never_a_resend() {
+        let gone = tempfile::tempdir().unwrap().path().join("gone");
+        let s = cell(gone.to_str().unwrap(), wait(1, None, Some(1)));
+        let out = run(&s, b"{}", None);
+        assert!(out.starts_with("DIED none"), "{out:?}");
+        // Before delivery the same loss is GONE (the cell never ran).
+        let s = cell(gone.to_str().unwrap(), wait(1, None, None));
+        assert!(run(&s, b"x", None).starts_with("GONE"));
+    }
+
+    #[test]
+    fn a_runner_that_exits_without_claiming_the_cell_is_dead_not_died() {
+        let dir = tempfile::tempdir().unwrap();
+        // SIGUSR1 (the wake-up) kills it before it claims anything, as
+        // an idle self-exit racing the cell would.
+        let mut runner = Command::new("/bin/sleep").arg("30").spawn().unwrap();
+        let s = cell(dir.path().to_str().unwrap(), wait(runner.id(), None, None));
+        let out = run(&s, b"req", None);
+        let _ = runner.wait();
+        assert!(out.starts_with("DEAD"), "{out:?}");
+        assert!(!dir.path().join("req.1").exists());
+    }
+
+    #[test]
+    fn a_runner_that_claimed_the_cell_and_died_at_once_is_died_not_dead() {
+        let dir = tempfile::tempdir().unwrap();
+        // The cell was claimed (run.1) by a runner that is gone by the
+        // time the script checks it: the cell may have run.
+        std::fs::write(dir.path().join("run.1"), b"").unwrap();
+        let mut gone = Command::new("/bin/true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        let s = cell(dir.path().to_str().unwrap(), wait(pid, None, None));
+        let out = run(&s, b"req", None);
+        assert!(out.starts_with("DIED none"), "{out:?}");
+    }
+
+    #[test]
+    fn the_remote_timeout_counts_real_time_however_slow_sleep_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = tempfile::tempdir().unwrap();
+        let sleep = bin.path().join("sleep");
+        std::fs::write(&sleep, "#!/bin/sh\nexec /bin/sleep 0.2\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&sleep, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // A runner that has claimed the cell and exits on SIGINT.
+        std::fs::write(dir.path().join("run.1"), b"").unwrap();
+        let mut runner = Command::new("/bin/sh")
+            .args([
+                "-c",
+                "trap '' USR1; trap 'exit 0' INT; while :; do /bin/sleep 0.05; done",
+            ])
+            .spawn()
+            .unwrap();
+        let s = cell(
+            dir.path().to_str().unwrap(),
+            wait(runner.id(), Some(Duration::from_millis(300)), None),
+        );
+        let started = Instant::now();
+        let out = run(&s, b"req", Some(bin.path()));
+        let took = started.elapsed();
+        let _ = runner.kill();
+        let _ = runner.wait();
+        assert!(out.starts_with("DIED timeout"), "{out:?}");
+        assert!(took < Duration::from_millis(2500), "SIGINT after {took:?}");
     }
 }

@@ -7,7 +7,7 @@
 //! if the master is gone, ssh falls back to a direct connection and the
 //! next call starts a new master. `BatchMode=yes` (never a prompt), a
 //! known_hosts file of cellhost's own, keepalives so a dead link is
-//! noticed. [`Transport::shutdown`] stops the master (`ssh -O exit`).
+//! noticed. [`Transport::shutdown`] stops the master (`ssh -O stop`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -74,9 +74,21 @@ impl SshTransport {
         if let Some(u) = &config.user {
             options.extend(["-l".into(), u.clone()]);
         }
-        let tag = super::short_hash(&format!("{host}:{:?}:{:?}", config.port, config.user));
+        let ssh: PathBuf = config.ssh.clone().unwrap_or_else(|| "ssh".into());
+        // The control socket is this transport's alone: everything that
+        // shapes the connection (program, every option including the
+        // identity, host) plus this process and a random part, so two
+        // managers (or two configs for one host) never ride, or stop,
+        // each other's master.
+        let tag = super::short_hash(&format!(
+            "{}\0{}\0{host}\0{}\0{}",
+            ssh.display(),
+            options.join("\0"),
+            std::process::id(),
+            crate::kernel::random_hex(8)
+        ));
         SshTransport {
-            ssh: config.ssh.clone().unwrap_or_else(|| "ssh".into()),
+            ssh,
             host: host.to_owned(),
             user: config.user.clone(),
             port: config.port,
@@ -97,8 +109,8 @@ impl SshTransport {
             "ControlMaster=no".into(),
             "-o".into(),
             format!("ControlPath={}", self.control_path.display()),
-            self.host.clone(),
             "--".into(),
+            self.host.clone(),
             format!("sh -c {}", shell_quote(script)),
         ]);
         args
@@ -123,6 +135,7 @@ impl SshTransport {
             "ControlPersist=600".into(),
             "-o".into(),
             format!("ControlPath={}", self.control_path.display()),
+            "--".into(),
             self.host.clone(),
         ]);
         let mut cmd = tokio::process::Command::new(&self.ssh);
@@ -201,14 +214,18 @@ impl Transport for SshTransport {
         Box::pin(async move {
             let _one = self.master.lock().await;
             if !self.control_path.exists() {
+                let _ = std::fs::remove_file(&self.master_log);
                 return;
             }
             let mut args = self.options.clone();
             args.extend([
                 "-o".into(),
                 format!("ControlPath={}", self.control_path.display()),
+                // `stop`, not `exit`: sessions still running (a teardown
+                // exec) finish; the master goes when they have.
                 "-O".into(),
-                "exit".into(),
+                "stop".into(),
+                "--".into(),
                 self.host.clone(),
             ]);
             let client = Client {
@@ -216,8 +233,30 @@ impl Transport for SshTransport {
                 args,
                 env: vec![],
             };
-            let _ = run_client(&client, vec![], Some(Duration::from_secs(5)), "ssh -O exit").await;
+            let _ = run_client(&client, vec![], Some(Duration::from_secs(5)), "ssh -O stop").await;
             let _ = std::fs::remove_file(&self.control_path);
+            let _ = std::fs::remove_file(&self.master_log);
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_transport_has_its_own_control_socket_and_the_host_follows_dashdash() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SshConfig {
+            user: Some("u".into()),
+            port: Some(22),
+            ..SshConfig::default()
+        };
+        let a = SshTransport::new(&config, "h", dir.path());
+        let b = SshTransport::new(&config, "h", dir.path());
+        assert_ne!(a.control_path, b.control_path, "another manager's socket");
+        let args = a.command_args("true");
+        let dd = args.iter().position(|x| x == "--").unwrap();
+        assert_eq!(args[dd + 1], "h");
     }
 }

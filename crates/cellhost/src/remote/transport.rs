@@ -86,8 +86,25 @@ pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// Run a client to completion with `stdin`, collecting its output;
-/// killed (and the exec failed) after `timeout`.
+/// Bytes of stdout [`run_client`] keeps: a result blob is at most three
+/// capped streams (8 MiB each) and a header; a tool request is bounded by
+/// `head -c`. More than this is cut (the blob then fails to parse).
+pub const MAX_CLIENT_STDOUT: u64 = 64 << 20;
+/// Bytes of stderr [`run_client`] keeps (it is only used for messages).
+pub const MAX_CLIENT_STDERR: u64 = 1 << 20;
+
+/// Read at most `cap` bytes of `s`, then drain (and drop) the rest so the
+/// client never blocks on a full pipe.
+async fn read_capped<R: tokio::io::AsyncRead + Unpin>(s: &mut R, cap: u64) -> Vec<u8> {
+    let mut buf = Vec::new();
+    let _ = (&mut *s).take(cap).read_to_end(&mut buf).await;
+    let _ = tokio::io::copy(s, &mut tokio::io::sink()).await;
+    buf
+}
+
+/// Run a client to completion with `stdin`, collecting its output (at
+/// most [`MAX_CLIENT_STDOUT`] / [`MAX_CLIENT_STDERR`] bytes); killed (and
+/// the exec failed) after `timeout`.
 pub async fn run_client(
     client: &Client,
     stdin: Vec<u8>,
@@ -119,18 +136,16 @@ pub async fn run_client(
         let (_, stdout, stderr, status) = tokio::join!(
             feed,
             async {
-                let mut buf = Vec::new();
-                if let Some(mut s) = out.take() {
-                    let _ = s.read_to_end(&mut buf).await;
+                match out.take() {
+                    Some(mut s) => read_capped(&mut s, MAX_CLIENT_STDOUT).await,
+                    None => Vec::new(),
                 }
-                buf
             },
             async {
-                let mut buf = Vec::new();
-                if let Some(mut s) = err.take() {
-                    let _ = s.read_to_end(&mut buf).await;
+                match err.take() {
+                    Some(mut s) => read_capped(&mut s, MAX_CLIENT_STDERR).await,
+                    None => Vec::new(),
                 }
-                buf
             },
             child.wait()
         );
@@ -184,5 +199,22 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, ExecError::Timeout { .. }), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_client_flooding_stdout_is_cut_at_the_cap_and_still_finishes() {
+        let sh = Client {
+            program: "/bin/sh".into(),
+            args: vec![
+                "-c".into(),
+                format!("head -c {} /dev/zero; exit 4", MAX_CLIENT_STDOUT + 4096),
+            ],
+            env: vec![],
+        };
+        let out = run_client(&sh, vec![], Some(Duration::from_secs(30)), "sh")
+            .await
+            .unwrap();
+        assert_eq!(out.stdout.len() as u64, MAX_CLIENT_STDOUT);
+        assert_eq!(out.status, Some(4));
     }
 }

@@ -17,7 +17,8 @@
 #   b"CELLHOST1 <frames> <stdout> <stderr>\n" + frames + stdout + stderr
 #
 # Each stream keeps at most MAX_STREAM bytes (head and tail, with a marker
-# between). With no request for IDLE seconds the runner removes its dir and
+# between); the frames keep whole frames only (display frames that do not
+# fit are dropped and counted in the reply). With no request for IDLE seconds the runner removes its dir and
 # exits by itself. The RPC token arrives in DIR/env (written from stdin at
 # ship time) and is read once, then the file is removed.
 
@@ -49,6 +50,15 @@ def _read_env():
                     _token = value
                     R._rpc_token = value
                     R._tools_token = value
+                elif name == "CELLHOST_DISPLAY":
+                    # The kernel's display caps, as --display= gives a
+                    # local runner; a cell's displays must also fit in the
+                    # MAX_STREAM bytes of frames the result carries.
+                    most = max(MAX_STREAM - (1 << 20), 1 << 16)
+                    caps = [int(c) for c in value.split(",")]
+                    R.MAX_CELL_BYTES = min(caps[1], most)
+                    R.MAX_DISPLAY = min(caps[0], R.MAX_CELL_BYTES)
+                    R.MAX_CELL_DISPLAYS = caps[2]
         os.unlink(path)
     except OSError:
         pass
@@ -74,6 +84,41 @@ def _capped(path):
     return head + (b"\n[... %d bytes cut on the remote host ...]\n" % cut) + tail
 
 
+def _frames(path, reply):
+    """The cell's display frames and then its reply frame, within
+    MAX_STREAM: a display frame that does not fit whole is dropped (and
+    counted in the reply), never cut, so the host always reads whole
+    frames."""
+    budget = MAX_STREAM - len(R._encode(reply)) - 4096
+    kept, size, dropped = [], 0, 0
+    try:
+        with open(path, "rb") as f:
+            while True:
+                head = f.read(4)
+                if len(head) < 4:
+                    break
+                n = int.from_bytes(head, "little")
+                if size + 4 + n > budget:
+                    f.seek(n, 1)
+                    dropped += 1
+                    continue
+                body = f.read(n)
+                if len(body) < n:
+                    break
+                kept.append(head + body)
+                size += 4 + n
+    except OSError:
+        pass
+    if dropped:
+        reply["displays_dropped"] = int(reply.get("displays_dropped") or 0) + dropped
+        reply["displays_note"] = (
+            "%d display output(s) did not fit in the %d-byte result of a remote cell and were dropped"
+            % (dropped, MAX_STREAM)
+        )
+    kept.append(R._encode(reply))
+    return b"".join(kept)
+
+
 def _run_cell(runner, code, n):
     """Run one cell with its output captured at fd level; returns the blob."""
     out_p, err_p, frames_p = ("%s/%s.%s" % (DIR, k, n) for k in ("out", "err", "frames"))
@@ -91,13 +136,12 @@ def _run_cell(runner, code, n):
         pass
     reply = dict(reply)
     reply["op"] = "done"
-    R._write_frame(reply)
     null = os.open(os.devnull, os.O_WRONLY)
     for fd in (R.CTRL_OUT, 1, 2):
         os.dup2(null, fd)
     for fd in (null, out_fd, err_fd, frames_fd):
         os.close(fd)
-    parts = [_capped(frames_p), _capped(out_p), _capped(err_p)]
+    parts = [_frames(frames_p, reply), _capped(out_p), _capped(err_p)]
     for p in (frames_p, out_p, err_p):
         try:
             os.unlink(p)

@@ -158,12 +158,19 @@ pub fn docker_sh(container: &str, script: &str) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// `true` when `pid` runs on the far side (`kill -0` there).
+/// `true` when `pid` runs on the far side (`kill -0` there). The far side
+/// always answers `yes` or `no`; anything else (ssh or docker itself
+/// failed) panics, so `!alive_via(…)` never passes because the check
+/// could not run.
 pub fn alive_via(sh: impl Fn(&str) -> String, pid: u32) -> bool {
     let s = format!(
-        "kill -0 {pid} 2>/dev/null && ! grep -q '^State:.*Z' /proc/{pid}/status && echo yes"
+        "if kill -0 {pid} 2>/dev/null && ! grep -q '^State:.*Z' /proc/{pid}/status; then echo yes; else echo no; fi"
     );
-    sh(&s).trim() == "yes"
+    match sh(&s).trim() {
+        "yes" => true,
+        "no" => false,
+        other => panic!("could not check pid {pid} on the far side (got {other:?})"),
+    }
 }
 
 pub const SHORT: Duration = Duration::from_millis(800);

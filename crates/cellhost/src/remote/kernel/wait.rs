@@ -96,6 +96,7 @@ impl Actor {
             grace,
             tools,
             respond: None,
+            max_tool_payload: self.o.kernel.max_tool_payload as u64,
         };
         let mut stdin = request;
         let mut host_stop = None;
@@ -114,7 +115,7 @@ impl Actor {
                 tokio::select! {
                     r = &mut exec => {
                         break match r {
-                            Ok(Ok(out)) => self.parse_wait(&out, timeout, host_stop, killed),
+                            Ok(Ok(out)) => self.parse_wait(&out, timeout, host_stop, killed, w.respond.is_some()),
                             Ok(Err(e)) => Waited::Transport(e.to_string()),
                             Err(e) => Waited::Transport(format!("the exec task failed: {e}")),
                         };
@@ -141,12 +142,20 @@ impl Actor {
                 interrupted,
                 left,
                 body,
+                size,
             } = waited
             else {
                 return waited;
             };
             let served = Instant::now();
-            let reply = serve_tool(authority, &token, &body, left, control).await;
+            let max = self.o.kernel.max_tool_payload;
+            let reply = if size > max as u64 || body.len() > max {
+                Served::Reply(serde_json::json!({"error": format!(
+                    "tool request refused: it is {size} bytes, over the {max}-byte limit; pass less data per call"
+                )}))
+            } else {
+                serve_tool(authority, &token, &body, left, control).await
+            };
             let mut interrupted = interrupted;
             // The call's time counts against the cell's.
             let mut left = left.map(|l| {
@@ -190,6 +199,14 @@ impl Actor {
                 },
             };
             stdin = reply.to_string().into_bytes();
+            if stdin.len() > max + script::REPLY_ENVELOPE as usize {
+                stdin = serde_json::json!({"error": format!(
+                    "the tool's reply is {} bytes, over the {max}-byte limit; ask for less data per call",
+                    stdin.len()
+                )})
+                .to_string()
+                .into_bytes();
+            }
             w.respond = Some(k);
             w.interrupted = interrupted;
             w.left = left;
@@ -218,6 +235,7 @@ impl Actor {
         timeout: Option<Duration>,
         host_stop: Option<Stop>,
         killed: bool,
+        delivered: bool,
     ) -> Waited {
         let nl = out
             .stdout
@@ -241,12 +259,14 @@ impl Actor {
                 let k = parts.next().and_then(|k| k.parse::<u64>().ok());
                 let interrupted = parts.next() == Some("timeout");
                 let left = parts.next().and_then(|l| l.parse::<u64>().ok());
-                match (k, left) {
-                    (Some(k), Some(left)) => Waited::Tool {
+                let size = parts.next().and_then(|l| l.trim().parse::<u64>().ok());
+                match (k, left, size) {
+                    (Some(k), Some(left), Some(size)) => Waited::Tool {
                         k,
                         interrupted,
                         left: (left > 0).then(|| Duration::from_millis(left)),
                         body: rest.to_vec(),
+                        size,
                     },
                     _ => Waited::Done(Outcome::Broken(format!("bad tool request line {first:?}")), stop, Blob::default()),
                 }
@@ -258,6 +278,12 @@ impl Actor {
                 },
                 Err(e) => Waited::Done(Outcome::Broken(format!("bad result file: {e}")), stop, Blob::default()),
             },
+            // Once the cell is out (a tool reply was being written), a
+            // vanished runner or dir is the cell's death: it may have run
+            // and is never sent again.
+            "DEAD" | "GONE" if delivered => {
+                Waited::Done(Outcome::Died(Exit::Unknown), stop, tail_blob())
+            }
             "DEAD" => Waited::NotDelivered(
                 "had exited before this cell (idle self-exit, container restart or crash)".into(),
             ),
@@ -306,7 +332,7 @@ impl Actor {
             "The remote kernel could not start ({why}), so this cell ran one-shot in a fresh process: no state is kept between cells; the next cell tries to start a kernel again."
         );
         let waited = match out {
-            Ok(out) => self.parse_wait(&out, None, None, false),
+            Ok(out) => self.parse_wait(&out, None, None, false, false),
             Err(e) => Waited::Transport(e.to_string()),
         };
         let mut r = match waited {
