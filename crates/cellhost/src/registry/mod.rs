@@ -14,6 +14,7 @@
 //! entry in `slot.rs`, eviction and reaping in `housekeeping.rs`, the warm
 //! pool in `pool.rs`, crash recovery in `recovery.rs`.
 
+mod dispose;
 mod housekeeping;
 mod key;
 mod options;
@@ -396,70 +397,6 @@ impl KernelManager {
                 n += 1;
             }
         }
-        n
-    }
-
-    /// Kill all kernels of `session` and of its delegated children (session
-    /// reset or close), and remove their sandbox workspaces. Returns how
-    /// many kernels were killed.
-    pub async fn dispose_owner(&self, session: &str) -> usize {
-        let n = self
-            .dispose_where(|owner| belongs_to_session(owner, session))
-            .await;
-        self.remove_workspaces(session);
-        n
-    }
-
-    /// Kill only the kernels of `parent`'s delegated child `child` (and of
-    /// that child's own children), and remove their workspaces.
-    pub async fn dispose_child(&self, parent: &str, child: &str) -> Result<usize, OwnerError> {
-        let owner = child_owner(parent, child)?;
-        let n = self.dispose_where(|o| belongs_to_session(o, &owner)).await;
-        self.remove_workspaces(&owner);
-        Ok(n)
-    }
-
-    /// The workspaces of `owner` and its children (after its kernels died).
-    fn remove_workspaces(&self, owner: &str) {
-        let root = self.shared.opts.workspace_root();
-        workspace::remove(&root, &workspace::home(&root, owner));
-    }
-
-    async fn dispose_where(&self, pick: impl Fn(&str) -> bool) -> usize {
-        let victims = {
-            let mut state = self.shared.state();
-            let keys: Vec<KernelKey> = state
-                .slots
-                .keys()
-                .filter(|k| pick(&k.owner))
-                .cloned()
-                .collect();
-            state.killing += 1;
-            // Whatever an owner's next call would have been told (its
-            // kernel was evicted, say), it is now told the session was
-            // reset: that is what its caller asked for.
-            for (_, why) in state.tombstones.iter_mut().filter(|(k, _)| pick(&k.owner)) {
-                *why = Tombstone::Disposed;
-            }
-            let mut victims = Vec::new();
-            for k in keys {
-                let Some(slot) = state.slots.remove(&k) else {
-                    continue;
-                };
-                // Also an entry whose kernel is still starting: its
-                // caller starts over and must hear of the reset.
-                victims.extend(housekeeping::mark_removed(&slot));
-                housekeeping::remember(&mut state, k, Tombstone::Disposed);
-            }
-            victims
-        };
-        let n = victims.len();
-        self.shared
-            .counters
-            .disposals
-            .fetch_add(n as u64, Ordering::Relaxed);
-        housekeeping::kill_all(victims).await;
-        self.shared.state().killing -= 1;
         n
     }
 
