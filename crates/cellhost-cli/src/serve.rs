@@ -116,6 +116,8 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
             token: token.clone(),
             max_body_bytes: config.server.max_body_bytes,
             shutdown_grace: config.server.shutdown_grace(),
+            allowed_hosts: config.server.allowed_hosts.clone(),
+            bound: Some(listening.addr),
         },
     );
     let url = format!("http://{}", listening.addr);

@@ -71,6 +71,9 @@ async fn call(
     let mut req = Request::builder()
         .method(method)
         .uri(format!("http://{addr}{path}"));
+    if !body.is_empty() {
+        req = req.header("content-type", "application/json");
+    }
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -135,6 +138,7 @@ async fn sse_output_arrives_while_the_cell_is_still_running() {
     let c = client();
     let req = Request::post(format!("http://{}/v1/sessions/s/execute", r.addr))
         .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
         .body(Full::new(Bytes::from(
             r#"{"code":"import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')"}"#,
         )))
