@@ -145,6 +145,27 @@ fn exec_keeps_state_per_session_and_exits_like_run() {
 }
 
 #[test]
+fn exec_prints_the_results_tail_when_streaming_stopped_at_the_cap() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::none(data.path());
+    let code = "for i in range(3000): print('line', i, 'x' * 60)\nprint('THE-END')";
+    let o = d.cli(&["exec", "-s", "big", code]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        out.contains("streaming of stdout stopped"),
+        "{}",
+        &out[..200]
+    );
+    let tail = &out[out.len().saturating_sub(2000)..];
+    assert!(
+        out.contains("[cellhost: the cell result's stdout (head and tail) follows]")
+            && tail.contains("THE-END"),
+        "{tail}"
+    );
+}
+
+#[test]
 fn sessions_history_reset_and_interrupt_manage_a_real_daemon() {
     let data = tempfile::tempdir().unwrap();
     let d = Daemon::none(data.path());
