@@ -266,34 +266,73 @@ pub(crate) fn unix_now() -> f64 {
 
 /// Events while the cell runs (`stdout`, `stderr`, `display`), then one
 /// `result` (or `error`), then the stream ends.
+///
+/// The result ends the stream even while event senders are still alive
+/// (a cell that never ran may leave them so): once it arrives, the events
+/// already queued are sent, then the result.
 fn sse_response(
     events: mpsc::UnboundedReceiver<CellEvent>,
     result: oneshot::Receiver<Result<CellResult, ApiError>>,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, std::convert::Infallible>>> {
-    let state = (Some(events), Some(result));
-    let s = stream::unfold(state, |(mut events, result)| async move {
-        if let Some(rx) = events.as_mut() {
-            while let Some(e) = rx.recv().await {
-                if let Some(ev) = event_of(e) {
-                    return Some((Ok(ev), (events, result)));
+    enum Phase {
+        Running(
+            mpsc::UnboundedReceiver<CellEvent>,
+            oneshot::Receiver<Result<CellResult, ApiError>>,
+        ),
+        Draining(mpsc::UnboundedReceiver<CellEvent>, Event),
+        Done,
+    }
+    let s = stream::unfold(Phase::Running(events, result), |phase| async move {
+        match phase {
+            Phase::Running(mut rx, mut result) => loop {
+                tokio::select! {
+                    biased;
+                    e = rx.recv() => match e {
+                        Some(e) => {
+                            if let Some(ev) = event_of(e) {
+                                return Some((Ok(ev), Phase::Running(rx, result)));
+                            }
+                        }
+                        None => return Some((Ok(final_event(result.await)), Phase::Done)),
+                    },
+                    r = &mut result => {
+                        let last = final_event(r);
+                        return Some(drain(rx, last));
+                    }
                 }
+            },
+            Phase::Draining(rx, last) => Some(drain(rx, last)),
+            Phase::Done => None,
+        }
+    });
+    /// The next queued event, else the last one.
+    fn drain(
+        mut rx: mpsc::UnboundedReceiver<CellEvent>,
+        last: Event,
+    ) -> (Result<Event, std::convert::Infallible>, Phase) {
+        while let Ok(e) = rx.try_recv() {
+            if let Some(ev) = event_of(e) {
+                return (Ok(ev), Phase::Draining(rx, last));
             }
         }
-        let rx = result?;
-        let ev = match rx.await {
-            Ok(Ok(r)) => json_event("result", &r),
-            Ok(Err(e)) => json_event(
-                "error",
-                &serde_json::json!({"error": {"code": e.code, "message": e.message}}),
-            ),
-            Err(_) => json_event(
-                "error",
-                &serde_json::json!({"error": {"code": "internal", "message": "the cell's task ended without a result"}}),
-            ),
-        };
-        Some((Ok(ev), (None, None)))
-    });
+        (Ok(last), Phase::Done)
+    }
     Sse::new(s).keep_alive(KeepAlive::default())
+}
+
+/// The `result` (or `error`) event that ends a stream.
+fn final_event(r: Result<Result<CellResult, ApiError>, oneshot::error::RecvError>) -> Event {
+    match r {
+        Ok(Ok(r)) => json_event("result", &r),
+        Ok(Err(e)) => json_event(
+            "error",
+            &serde_json::json!({"error": {"code": e.code, "message": e.message}}),
+        ),
+        Err(_) => json_event(
+            "error",
+            &serde_json::json!({"error": {"code": "internal", "message": "the cell's task ended without a result"}}),
+        ),
+    }
 }
 
 fn event_of(e: CellEvent) -> Option<Event> {

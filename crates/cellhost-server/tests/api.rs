@@ -549,3 +549,28 @@ async fn the_dashboard_and_its_assets_are_served_from_the_binary() {
     assert_eq!(st, StatusCode::NOT_FOUND);
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn sse_ends_with_an_error_when_the_kernel_cannot_start() {
+    let s = server().await;
+    s.exec("a", "1").await;
+    // The staging root becomes a file: the reset's respawn fails.
+    let root = s.dir.path().join("run/kernels");
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::write(&root, "not a dir").unwrap();
+    let req = Request::post("/v1/sessions/a/execute")
+        .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
+        .body(Body::from(r#"{"code": "2", "reset": true}"#))
+        .unwrap();
+    let body = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        text(s.call(req).await).await
+    })
+    .await
+    .expect("the stream ends");
+    let events = sse_events(&body);
+    let (name, v) = events.last().expect("an event");
+    assert_eq!(name, "error", "{body}");
+    assert_eq!(error_code(v), "kernel_unavailable");
+    s.shutdown().await;
+}
