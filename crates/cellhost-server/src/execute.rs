@@ -129,6 +129,18 @@ impl ExecuteRequest {
         }
     }
 
+    /// Every named tool must be one of the server's (a typo is a 400,
+    /// also for an SSE request, whose stream could only say it in an event).
+    fn check_tools(&self, all: &cellhost::ToolSet) -> Result<(), ApiError> {
+        match &self.tools {
+            Some(names) => all
+                .subset(&names.iter().cloned().collect())
+                .map(|_| ())
+                .map_err(|e| ApiError::bad_request("unknown_tool", e.to_string())),
+            None => Ok(()),
+        }
+    }
+
     /// A named backend must exist (a typo is a 400, not a failed spawn).
     fn check_backend(&self, backends: &cellhost::remote::Backends) -> Result<(), ApiError> {
         match &self.backend {
@@ -187,6 +199,10 @@ pub(crate) async fn run(
         .and_then(|b| ExecuteRequest::parse(&b))
         .and_then(|req| {
             req.check_backend(state.manager.backends())?;
+            req.check_tools(&state.manager.options().tools)?;
+            if state.manager.is_shut_down() {
+                return Err(cellhost::registry::ManagerError::ShutDown.into());
+            }
             Ok((req.owner(&session)?, req))
         });
     let (owner, req) = match prepared {

@@ -69,6 +69,20 @@ async fn bad_json_a_missing_code_and_bad_fields_are_400s_with_the_error_shape() 
         let (st, v) = s.post("/v1/sessions/a/execute", body).await;
         assert_eq!(st, StatusCode::BAD_REQUEST, "{body}: {v}");
         assert_eq!(error_code(&v), code, "{body}: {v}");
+        // With SSE too: a plain 4xx, not a 200 stream with an error event.
+        if !body.is_empty() {
+            let req = Request::post("/v1/sessions/a/execute")
+                .header("accept", "text/event-stream")
+                .header("content-type", "application/json")
+                .body(Body::from(body))
+                .unwrap();
+            let (st, v) = json(s.call(req).await).await;
+            assert_eq!(
+                (st, error_code(&v)),
+                (StatusCode::BAD_REQUEST, code),
+                "SSE {body}"
+            );
+        }
     }
     let (_, v) = s.post("/v1/sessions/a/execute", r#"{"timeout": 3}"#).await;
     assert!(
@@ -548,6 +562,22 @@ async fn the_dashboard_and_its_assets_are_served_from_the_binary() {
     let (st, _) = s.get("/assets/nope.js").await;
     assert_eq!(st, StatusCode::NOT_FOUND);
     s.shutdown().await;
+}
+
+#[tokio::test]
+async fn sse_after_shutdown_is_a_503_not_a_stream() {
+    let s = server().await;
+    s.state.manager.shutdown().await;
+    let req = Request::post("/v1/sessions/a/execute")
+        .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
+        .body(Body::from(r#"{"code": "1"}"#))
+        .unwrap();
+    let (st, v) = json(s.call(req).await).await;
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+    );
 }
 
 #[tokio::test]
