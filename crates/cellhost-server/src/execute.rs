@@ -216,7 +216,10 @@ pub(crate) async fn run(
         rx
     });
     let (done, result) = oneshot::channel();
-    tokio::spawn(run_cell(state, session, owner, req, cell, done));
+    // Counted before the task exists, so a shutdown that starts now still
+    // waits for this cell (and its history row).
+    let in_flight = InFlight::enter(&state);
+    tokio::spawn(run_cell(state, session, owner, req, cell, done, in_flight));
     match events {
         None => match result.await {
             Ok(Ok(r)) => Json(r).into_response(),
@@ -239,9 +242,8 @@ async fn run_cell(
     req: ExecuteRequest,
     cell: Cell,
     done: oneshot::Sender<Result<CellResult, ApiError>>,
+    _in_flight: InFlight,
 ) {
-    state.in_flight.fetch_add(1, Ordering::SeqCst);
-    let _guard = InFlight(&state);
     let started_at = unix_now();
     let result = state
         .manager
@@ -266,11 +268,19 @@ async fn run_cell(
     let _ = done.send(result);
 }
 
-struct InFlight<'a>(&'a AppState);
+/// One cell counted in `AppState::in_flight` until dropped (recorded).
+struct InFlight(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
-impl Drop for InFlight<'_> {
+impl InFlight {
+    fn enter(state: &AppState) -> InFlight {
+        state.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(state.in_flight.clone())
+    }
+}
+
+impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

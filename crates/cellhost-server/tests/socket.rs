@@ -86,6 +86,22 @@ async fn call(
     (status, String::from_utf8_lossy(&bytes).into_owned())
 }
 
+/// Wait until a kernel is busy; fail (not hang) after 60 s.
+async fn wait_busy(c: &HttpClient, addr: SocketAddr) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, k) = call(c, addr, "GET", "/v1/kernels", "", &[]).await;
+        if k.contains("\"busy\"") {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no kernel became busy within 60 s: {k}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test]
 async fn auth_error_shapes_and_the_body_limit_hold_over_a_socket() {
     let r = start(
@@ -225,13 +241,7 @@ async fn shutdown_lets_a_running_cell_finish_and_flushes_its_history() {
         .await
     });
     // Wait until the cell is running, then ask the server to stop.
-    loop {
-        let (_, k) = call(&c, addr, "GET", "/v1/kernels", "", &[]).await;
-        if k.contains("\"busy\"") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_busy(&c, addr).await;
     let history_path = r.server.dir.path().join("data/history.sqlite");
     let manager = r.server.state.manager.clone();
     let _kept = r.shutdown().await;
@@ -278,19 +288,49 @@ async fn a_cell_still_running_after_the_grace_is_killed_and_told() {
         )
         .await
     });
-    loop {
-        let (_, k) = call(&c, addr, "GET", "/v1/kernels", "", &[]).await;
-        if k.contains("\"busy\"") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_busy(&c, addr).await;
     r.shutdown().await;
     let (st, body) = running.await.unwrap();
     assert_eq!(st, StatusCode::OK, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_ne!(v["status"], "success", "{v}");
     assert_eq!(v["kernel"]["state_lost"], true, "{v}");
+}
+
+#[tokio::test]
+async fn a_killed_cell_whose_client_left_is_still_in_the_history() {
+    let r = start(
+        ServerOptions {
+            shutdown_grace: Duration::from_millis(300),
+            ..ServerOptions::default()
+        },
+        4,
+    )
+    .await;
+    let c = client();
+    let addr = r.addr;
+    let c2 = c.clone();
+    let running = tokio::spawn(async move {
+        call(
+            &c2,
+            addr,
+            "POST",
+            "/v1/sessions/k/execute",
+            r#"{"code":"import time\ntime.sleep(60)"}"#,
+            &[],
+        )
+        .await
+    });
+    wait_busy(&c, addr).await;
+    // The client hangs up: nothing keeps the server waiting for the cell.
+    running.abort();
+    let _ = running.await;
+    let history_path = r.server.dir.path().join("data/history.sqlite");
+    let _kept = r.shutdown().await;
+    let reopened =
+        cellhost::history::History::open(&history_path, &Default::default(), []).unwrap();
+    let rows = reopened.session("k", 10).unwrap();
+    assert_eq!(rows.len(), 1, "the killed cell was recorded");
 }
 
 #[tokio::test]
