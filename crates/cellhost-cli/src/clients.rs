@@ -53,6 +53,28 @@ pub(crate) async fn exec(args: ExecArgs) -> u8 {
 async fn exec_inner(args: ExecArgs) -> Result<u8, Failure> {
     let server = connect(&args.client)?;
     let code = read_code(&args.code)?;
+    // Ctrl-C interrupts the cell on the server too (its state is kept),
+    // then exits 130 like a shell.
+    tokio::select! {
+        r = exec_cell(&server, &args, code) => r,
+        _ = tokio::signal::ctrl_c() => {
+            let path = format!("/v1/sessions/{}/interrupt", segment(&args.session));
+            let sent = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                server.json::<serde_json::Value>(Method::POST, &path, None),
+            )
+            .await;
+            match sent {
+                Ok(Ok(_)) => eprintln!("\ncellhost: interrupted the cell of session {}", args.session),
+                Ok(Err(f)) => eprintln!("\ncellhost: could not interrupt the cell: {}", f.line),
+                Err(_) => eprintln!("\ncellhost: could not interrupt the cell: the server did not answer"),
+            }
+            Ok(130)
+        }
+    }
+}
+
+async fn exec_cell(server: &Server, args: &ExecArgs, code: String) -> Result<u8, Failure> {
     let mut body = serde_json::json!({ "code": code, "reset": args.reset });
     if let Some(t) = args.timeout {
         body["timeout"] = serde_json::json!(t.as_secs_f64());
@@ -66,7 +88,7 @@ async fn exec_inner(args: ExecArgs) -> Result<u8, Failure> {
             exit: 1,
         })?
     } else {
-        let (mut r, streamed) = stream(&server, &path, body).await?;
+        let (mut r, streamed) = stream(server, &path, body).await?;
         // What the stream did not show (a remote kernel streams nothing;
         // streaming stops at the cap) comes from the result.
         if let Some(t) = streamed.stdout.missing("stdout", &r.stdout) {
