@@ -188,6 +188,18 @@ fn ctrl_c_on_exec_interrupts_the_cell_and_exits_130() {
 }
 
 #[test]
+fn the_data_dir_and_history_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let d = Daemon::none(data.path());
+    assert_eq!(d.cli(&["exec", "-s", "p", "1"]).status.code(), Some(0));
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(data.path()), 0o700);
+    assert_eq!(mode(&data.path().join("history.sqlite")), 0o600);
+}
+
+#[test]
 fn exec_prints_the_results_tail_when_streaming_stopped_at_the_cap() {
     let data = tempfile::tempdir().unwrap();
     let d = Daemon::none(data.path());
