@@ -129,8 +129,9 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
         },
     );
     let url = format!("http://{}", listening.addr);
+    // Never the token itself: stdout ends up in logs and terminals.
     let dashboard = match &token {
-        Some(t) => format!("{url}/?token={t}"),
+        Some(_) => format!("{url}/ (open it once as {url}/?token=$CELLHOST_TOKEN)"),
         None => format!("{url}/"),
     };
     println!(

@@ -317,7 +317,12 @@ fn a_token_is_required_once_set_and_clients_send_it() {
         &["--sandbox", "none"],
         &[("CELLHOST_TOKEN", "tkn-42")],
     );
-    assert!(d.banner.contains("/?token=tkn-42"), "{}", d.banner);
+    assert!(
+        !d.banner.contains("tkn-42"),
+        "the token is never printed: {}",
+        d.banner
+    );
+    assert!(d.banner.contains("/?token=$CELLHOST_TOKEN"), "{}", d.banner);
     let o = d.cli(&["exec", "1"]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2));
