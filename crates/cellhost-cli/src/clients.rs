@@ -53,6 +53,28 @@ pub(crate) async fn exec(args: ExecArgs) -> u8 {
 async fn exec_inner(args: ExecArgs) -> Result<u8, Failure> {
     let server = connect(&args.client)?;
     let code = read_code(&args.code)?;
+    // Ctrl-C interrupts the cell on the server too (its state is kept),
+    // then exits 130 like a shell.
+    tokio::select! {
+        r = exec_cell(&server, &args, code) => r,
+        _ = tokio::signal::ctrl_c() => {
+            let path = format!("/v1/sessions/{}/interrupt", segment(&args.session));
+            let sent = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                server.json::<serde_json::Value>(Method::POST, &path, None),
+            )
+            .await;
+            match sent {
+                Ok(Ok(_)) => eprintln!("\ncellhost: interrupted the cell of session {}", args.session),
+                Ok(Err(f)) => eprintln!("\ncellhost: could not interrupt the cell: {}", f.line),
+                Err(_) => eprintln!("\ncellhost: could not interrupt the cell: the server did not answer"),
+            }
+            Ok(130)
+        }
+    }
+}
+
+async fn exec_cell(server: &Server, args: &ExecArgs, code: String) -> Result<u8, Failure> {
     let mut body = serde_json::json!({ "code": code, "reset": args.reset });
     if let Some(t) = args.timeout {
         body["timeout"] = serde_json::json!(t.as_secs_f64());
@@ -66,7 +88,17 @@ async fn exec_inner(args: ExecArgs) -> Result<u8, Failure> {
             exit: 1,
         })?
     } else {
-        let mut r = stream(&server, &path, body).await?;
+        let (mut r, streamed) = stream(server, &path, body).await?;
+        // What the stream did not show (a remote kernel streams nothing;
+        // streaming stops at the cap) comes from the result.
+        if let Some(t) = streamed.stdout.missing("stdout", &r.stdout) {
+            let mut o = std::io::stdout().lock();
+            let _ = o.write_all(t.as_bytes()).and_then(|()| o.flush());
+        }
+        if let Some(t) = streamed.stderr.missing("stderr", &r.stderr) {
+            let mut e = std::io::stderr().lock();
+            let _ = e.write_all(t.as_bytes()).and_then(|()| e.flush());
+        }
         r.stdout.clear();
         r.stderr.clear();
         let text = crate::render::cell_body(&r, &[]);
@@ -80,12 +112,64 @@ async fn exec_inner(args: ExecArgs) -> Result<u8, Failure> {
     Ok(u8::from(!result.is_success()))
 }
 
-/// Run with SSE: print stdout/stderr as they arrive, return the result.
+/// What one stream's events carried.
+#[derive(Debug, Default)]
+struct Streamed {
+    /// Bytes of text printed.
+    bytes: usize,
+    /// The server stopped streaming it at the cap (its stop line came).
+    cut: bool,
+}
+
+/// The server's line when it stops streaming a stream at the cap.
+const STOP_LINE: &str = "[cellhost: streaming of ";
+
+impl Streamed {
+    fn saw(&mut self, text: &str) {
+        self.bytes += text.len();
+        if text.contains(STOP_LINE) {
+            self.cut = true;
+        }
+    }
+
+    /// What to print after the stream from the result's text of it
+    /// (`result`): everything when nothing was streamed (a remote kernel
+    /// streams nothing); after a cut, the result's text (head and tail)
+    /// under a line saying so; else nothing.
+    fn missing(&self, name: &str, result: &str) -> Option<String> {
+        if result.is_empty() {
+            return None;
+        }
+        let mut out = if self.bytes == 0 {
+            String::new()
+        } else if self.cut {
+            format!("[cellhost: the cell result's {name} (head and tail) follows]\n")
+        } else {
+            return None;
+        };
+        out.push_str(result);
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        Some(out)
+    }
+}
+
+/// Per stream, what the SSE events showed.
+#[derive(Debug, Default)]
+struct StreamedAll {
+    stdout: Streamed,
+    stderr: Streamed,
+}
+
+/// Run with SSE: print stdout/stderr as they arrive, return the result and
+/// what was printed.
 async fn stream(
     server: &Server,
     path: &str,
     body: serde_json::Value,
-) -> Result<CellResult, Failure> {
+) -> Result<(CellResult, StreamedAll), Failure> {
+    let mut streamed = StreamedAll::default();
     let resp = server
         .send(Method::POST, path, Some(body), "text/event-stream")
         .await?;
@@ -107,18 +191,23 @@ async fn stream(
             };
             match name.as_str() {
                 "stdout" => {
+                    let text = v["text"].as_str().unwrap_or_default();
+                    streamed.stdout.saw(text);
                     let mut o = std::io::stdout().lock();
-                    let _ = o.write_all(v["text"].as_str().unwrap_or_default().as_bytes());
+                    let _ = o.write_all(text.as_bytes());
                     let _ = o.flush();
                 }
                 "stderr" => {
+                    let text = v["text"].as_str().unwrap_or_default();
+                    streamed.stderr.saw(text);
                     let mut e = std::io::stderr().lock();
-                    let _ = e.write_all(v["text"].as_str().unwrap_or_default().as_bytes());
+                    let _ = e.write_all(text.as_bytes());
                     let _ = e.flush();
                 }
                 "result" => {
-                    return serde_json::from_value(v)
-                        .map_err(|e| fail(format!("unexpected result from the server: {e}")))
+                    let r = serde_json::from_value(v)
+                        .map_err(|e| fail(format!("unexpected result from the server: {e}")))?;
+                    return Ok((r, streamed));
                 }
                 "error" => {
                     let msg = v["error"]["message"]
@@ -281,4 +370,25 @@ pub(crate) async fn history(args: HistoryArgs) -> u8 {
         }
         .await,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Streamed;
+
+    #[test]
+    fn the_result_fills_in_what_the_stream_did_not_show() {
+        let mut s = Streamed::default();
+        // Nothing streamed (a remote kernel): the result's text, as is.
+        assert_eq!(s.missing("stdout", "hi"), Some("hi\n".into()));
+        assert_eq!(s.missing("stdout", ""), None);
+        // All streamed: nothing more.
+        s.saw("hi\n");
+        assert_eq!(s.missing("stdout", "hi\n"), None);
+        // Cut at the cap: the result's head and tail under a line.
+        s.saw("\n[cellhost: streaming of stdout stopped after 50,000 bytes; ...]\n");
+        let t = s.missing("stdout", "head…tail\n").unwrap();
+        assert!(t.starts_with("[cellhost: the cell result's stdout (head and tail) follows]\n"));
+        assert!(t.ends_with("head…tail\n"));
+    }
 }

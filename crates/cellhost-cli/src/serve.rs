@@ -62,6 +62,14 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
         .data_dir
         .clone()
         .unwrap_or_else(cellhost::registry::default_data_dir);
+    // The data dir holds every cell's code and output (history): private.
+    if let Err(e) = private_dir(&data_dir) {
+        eprintln!(
+            "cellhost: cannot create the data dir {}: {e}; pick another with --data-dir",
+            data_dir.display()
+        );
+        return 2;
+    }
     let listening = match Listening::bind(addr, token.is_some()).await {
         Ok(l) => l,
         Err(e) => {
@@ -116,11 +124,14 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
             token: token.clone(),
             max_body_bytes: config.server.max_body_bytes,
             shutdown_grace: config.server.shutdown_grace(),
+            allowed_hosts: config.server.allowed_hosts.clone(),
+            bound: Some(listening.addr),
         },
     );
     let url = format!("http://{}", listening.addr);
+    // Never the token itself: stdout ends up in logs and terminals.
     let dashboard = match &token {
-        Some(t) => format!("{url}/?token={t}"),
+        Some(_) => format!("{url}/ (open it once as {url}/?token=$CELLHOST_TOKEN)"),
         None => format!("{url}/"),
     };
     println!(
@@ -134,6 +145,16 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
     cellhost_server::serve(listening, state, cellhost_server::shutdown_signal()).await;
     println!("cellhost: stopped");
     0
+}
+
+/// Create `dir` (0700) or tighten it to 0700.
+fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
 fn on_path(name: &str) -> bool {

@@ -145,6 +145,82 @@ fn exec_keeps_state_per_session_and_exits_like_run() {
 }
 
 #[test]
+fn ctrl_c_on_exec_interrupts_the_cell_and_exits_130() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::none(data.path());
+    assert_eq!(d.cli(&["exec", "-s", "i", "x = 7"]).status.code(), Some(0));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args([
+            "exec",
+            "-s",
+            "i",
+            "import time\nprint('start', flush=True)\ntime.sleep(120)",
+        ])
+        .env("CELLHOST_URL", &d.url)
+        .env_remove("CELLHOST_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The cell is running once its first line arrives.
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert_eq!(first, "start\n");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let code = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.code();
+        }
+        assert!(Instant::now() < deadline, "exec did not exit on SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(code, Some(130));
+    // The server's cell was interrupted (not left sleeping): the session
+    // answers at once, its state kept.
+    let started = Instant::now();
+    let o = d.cli(&["exec", "-s", "i", "x"]);
+    assert_eq!(text(&o).0, "Out[3]: 7\n");
+    assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn the_data_dir_and_history_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let data = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(data.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let d = Daemon::none(data.path());
+    assert_eq!(d.cli(&["exec", "-s", "p", "1"]).status.code(), Some(0));
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(data.path()), 0o700);
+    assert_eq!(mode(&data.path().join("history.sqlite")), 0o600);
+}
+
+#[test]
+fn exec_prints_the_results_tail_when_streaming_stopped_at_the_cap() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::none(data.path());
+    let code = "for i in range(3000): print('line', i, 'x' * 60)\nprint('THE-END')";
+    let o = d.cli(&["exec", "-s", "big", code]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        out.contains("streaming of stdout stopped"),
+        "{}",
+        &out[..200]
+    );
+    let tail = &out[out.len().saturating_sub(2000)..];
+    assert!(
+        out.contains("[cellhost: the cell result's stdout (head and tail) follows]")
+            && tail.contains("THE-END"),
+        "{tail}"
+    );
+}
+
+#[test]
 fn sessions_history_reset_and_interrupt_manage_a_real_daemon() {
     let data = tempfile::tempdir().unwrap();
     let d = Daemon::none(data.path());
@@ -241,7 +317,12 @@ fn a_token_is_required_once_set_and_clients_send_it() {
         &["--sandbox", "none"],
         &[("CELLHOST_TOKEN", "tkn-42")],
     );
-    assert!(d.banner.contains("/?token=tkn-42"), "{}", d.banner);
+    assert!(
+        !d.banner.contains("tkn-42"),
+        "the token is never printed: {}",
+        d.banner
+    );
+    assert!(d.banner.contains("/?token=$CELLHOST_TOKEN"), "{}", d.banner);
     let o = d.cli(&["exec", "1"]);
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2));

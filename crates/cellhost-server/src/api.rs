@@ -32,7 +32,9 @@ fn path_error(r: PathRejection) -> ApiError {
         (status = 200, description = "The cell result (DESIGN.md contract); a failed cell is a result too, with status error/timeout/interrupted. With Accept: text/event-stream, events stdout/stderr ({text}), display ({items}), then result (this object) or error.", body = cellhost_protocol::CellResult),
         (status = 400, description = "Bad JSON, missing code, bad field", body = crate::error::ErrorBody),
         (status = 401, description = "Missing or wrong bearer token", body = crate::error::ErrorBody),
+        (status = 403, description = "Host not this machine (tokenless daemon, see [server] allowed_hosts) or a cross-site Origin", body = crate::error::ErrorBody),
         (status = 413, description = "Body over the limit", body = crate::error::ErrorBody),
+        (status = 415, description = "The body was not sent as Content-Type: application/json", body = crate::error::ErrorBody),
         (status = 503, description = "No kernel could be started, or shutting down", body = crate::error::ErrorBody),
     )
 )]

@@ -1,10 +1,13 @@
 //! Bearer-token auth: with a token configured, every route but `/healthz`
 //! needs `Authorization: Bearer <token>`. Browsers get the dashboard by
 //! opening `/?token=<token>` once: that sets an HttpOnly, SameSite=Strict
-//! cookie the page's own requests then carry (as Jupyter does).
+//! cookie the page's own requests then carry (as Jupyter does). The
+//! cookie alone authenticates reads (GET/HEAD) only: a state-changing
+//! request with the cookie also needs the header `X-Cellhost: 1`, which
+//! the dashboard's script sends and a cross-site form cannot.
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -12,6 +15,16 @@ use crate::{ApiError, AppState};
 
 /// The dashboard's cookie.
 pub(crate) const COOKIE: &str = "cellhost_token";
+/// The header (value `1`) that lets the cookie authenticate a
+/// state-changing request.
+pub(crate) const CSRF_HEADER: &str = "x-cellhost";
+
+/// The token of `Authorization: Bearer <token>` (scheme case-insensitive,
+/// the token taken as sent).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+}
 
 pub(crate) async fn require_token(
     State(state): State<AppState>,
@@ -28,16 +41,23 @@ pub(crate) async fn require_token(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
-    let cookie = req
+        .and_then(bearer);
+    let reads = matches!(*req.method(), Method::GET | Method::HEAD);
+    let csrf_header = req
         .headers()
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(';'))
-        .filter_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .any(|v| equal(v.as_bytes(), token.as_bytes()));
+        .get(CSRF_HEADER)
+        .is_some_and(|v| v.as_bytes() == b"1");
+    let cookie_ok = reads || csrf_header;
+    let sent_cookie = req.headers().contains_key(header::COOKIE);
+    let cookie = cookie_ok
+        && req
+            .headers()
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(';'))
+            .filter_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+            .any(|v| equal(v.as_bytes(), token.as_bytes()));
     if bearer.is_some_and(|b| equal(b.as_bytes(), token.as_bytes())) || cookie {
         return next.run(req).await;
     }
@@ -56,6 +76,9 @@ pub(crate) async fn require_token(
     }
     let message = if bearer.is_some() {
         "the bearer token is wrong; use the token the server was started with (CELLHOST_TOKEN)"
+    } else if sent_cookie && !cookie_ok {
+        "this request changes state: send `Authorization: Bearer <token>` (CELLHOST_TOKEN); \
+         the dashboard cookie counts only with the header `X-Cellhost: 1`"
     } else {
         "this server needs a token: send `Authorization: Bearer <token>` (CELLHOST_TOKEN), \
          or open the dashboard as /?token=<token>"

@@ -129,6 +129,18 @@ impl ExecuteRequest {
         }
     }
 
+    /// Every named tool must be one of the server's (a typo is a 400,
+    /// also for an SSE request, whose stream could only say it in an event).
+    fn check_tools(&self, all: &cellhost::ToolSet) -> Result<(), ApiError> {
+        match &self.tools {
+            Some(names) => all
+                .subset(&names.iter().cloned().collect())
+                .map(|_| ())
+                .map_err(|e| ApiError::bad_request("unknown_tool", e.to_string())),
+            None => Ok(()),
+        }
+    }
+
     /// A named backend must exist (a typo is a 400, not a failed spawn).
     fn check_backend(&self, backends: &cellhost::remote::Backends) -> Result<(), ApiError> {
         match &self.backend {
@@ -187,6 +199,10 @@ pub(crate) async fn run(
         .and_then(|b| ExecuteRequest::parse(&b))
         .and_then(|req| {
             req.check_backend(state.manager.backends())?;
+            req.check_tools(&state.manager.options().tools)?;
+            if state.manager.is_shut_down() {
+                return Err(cellhost::registry::ManagerError::ShutDown.into());
+            }
             Ok((req.owner(&session)?, req))
         });
     let (owner, req) = match prepared {
@@ -200,7 +216,10 @@ pub(crate) async fn run(
         rx
     });
     let (done, result) = oneshot::channel();
-    tokio::spawn(run_cell(state, session, owner, req, cell, done));
+    // Counted before the task exists, so a shutdown that starts now still
+    // waits for this cell (and its history row).
+    let in_flight = InFlight::enter(&state);
+    tokio::spawn(run_cell(state, session, owner, req, cell, done, in_flight));
     match events {
         None => match result.await {
             Ok(Ok(r)) => Json(r).into_response(),
@@ -223,9 +242,8 @@ async fn run_cell(
     req: ExecuteRequest,
     cell: Cell,
     done: oneshot::Sender<Result<CellResult, ApiError>>,
+    _in_flight: InFlight,
 ) {
-    state.in_flight.fetch_add(1, Ordering::SeqCst);
-    let _guard = InFlight(&state);
     let started_at = unix_now();
     let result = state
         .manager
@@ -250,11 +268,19 @@ async fn run_cell(
     let _ = done.send(result);
 }
 
-struct InFlight<'a>(&'a AppState);
+/// One cell counted in `AppState::in_flight` until dropped (recorded).
+struct InFlight(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 
-impl Drop for InFlight<'_> {
+impl InFlight {
+    fn enter(state: &AppState) -> InFlight {
+        state.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(state.in_flight.clone())
+    }
+}
+
+impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -266,34 +292,73 @@ pub(crate) fn unix_now() -> f64 {
 
 /// Events while the cell runs (`stdout`, `stderr`, `display`), then one
 /// `result` (or `error`), then the stream ends.
+///
+/// The result ends the stream even while event senders are still alive
+/// (a cell that never ran may leave them so): once it arrives, the events
+/// already queued are sent, then the result.
 fn sse_response(
     events: mpsc::UnboundedReceiver<CellEvent>,
     result: oneshot::Receiver<Result<CellResult, ApiError>>,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, std::convert::Infallible>>> {
-    let state = (Some(events), Some(result));
-    let s = stream::unfold(state, |(mut events, result)| async move {
-        if let Some(rx) = events.as_mut() {
-            while let Some(e) = rx.recv().await {
-                if let Some(ev) = event_of(e) {
-                    return Some((Ok(ev), (events, result)));
+    enum Phase {
+        Running(
+            mpsc::UnboundedReceiver<CellEvent>,
+            oneshot::Receiver<Result<CellResult, ApiError>>,
+        ),
+        Draining(mpsc::UnboundedReceiver<CellEvent>, Event),
+        Done,
+    }
+    let s = stream::unfold(Phase::Running(events, result), |phase| async move {
+        match phase {
+            Phase::Running(mut rx, mut result) => loop {
+                tokio::select! {
+                    biased;
+                    e = rx.recv() => match e {
+                        Some(e) => {
+                            if let Some(ev) = event_of(e) {
+                                return Some((Ok(ev), Phase::Running(rx, result)));
+                            }
+                        }
+                        None => return Some((Ok(final_event(result.await)), Phase::Done)),
+                    },
+                    r = &mut result => {
+                        let last = final_event(r);
+                        return Some(drain(rx, last));
+                    }
                 }
+            },
+            Phase::Draining(rx, last) => Some(drain(rx, last)),
+            Phase::Done => None,
+        }
+    });
+    /// The next queued event, else the last one.
+    fn drain(
+        mut rx: mpsc::UnboundedReceiver<CellEvent>,
+        last: Event,
+    ) -> (Result<Event, std::convert::Infallible>, Phase) {
+        while let Ok(e) = rx.try_recv() {
+            if let Some(ev) = event_of(e) {
+                return (Ok(ev), Phase::Draining(rx, last));
             }
         }
-        let rx = result?;
-        let ev = match rx.await {
-            Ok(Ok(r)) => json_event("result", &r),
-            Ok(Err(e)) => json_event(
-                "error",
-                &serde_json::json!({"error": {"code": e.code, "message": e.message}}),
-            ),
-            Err(_) => json_event(
-                "error",
-                &serde_json::json!({"error": {"code": "internal", "message": "the cell's task ended without a result"}}),
-            ),
-        };
-        Some((Ok(ev), (None, None)))
-    });
+        (Ok(last), Phase::Done)
+    }
     Sse::new(s).keep_alive(KeepAlive::default())
+}
+
+/// The `result` (or `error`) event that ends a stream.
+fn final_event(r: Result<Result<CellResult, ApiError>, oneshot::error::RecvError>) -> Event {
+    match r {
+        Ok(Ok(r)) => json_event("result", &r),
+        Ok(Err(e)) => json_event(
+            "error",
+            &serde_json::json!({"error": {"code": e.code, "message": e.message}}),
+        ),
+        Err(_) => json_event(
+            "error",
+            &serde_json::json!({"error": {"code": "internal", "message": "the cell's task ended without a result"}}),
+        ),
+    }
 }
 
 fn event_of(e: CellEvent) -> Option<Event> {

@@ -6,19 +6,22 @@
 //!
 //! Modules: `api` (the `/v1` handlers), `execute` (the execute request, the
 //! cell it becomes, SSE), `error` (one JSON error shape), `auth` (Bearer
-//! token), `metrics`, `openapi`, `dashboard` (embedded assets), `serve`
-//! (binding and shutdown).
+//! token), `guard` (Host, Origin and Content-Type checks), `metrics`,
+//! `openapi`, `dashboard` (embedded assets), `serve` (binding and
+//! shutdown).
 
 mod api;
 mod auth;
 mod dashboard;
 mod error;
 mod execute;
+mod guard;
 mod metrics;
 mod openapi;
 mod serve;
 pub mod webhook;
 
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +45,11 @@ pub struct ServerOptions {
     pub max_body_bytes: usize,
     /// How long running cells may take to finish at shutdown.
     pub shutdown_grace: Duration,
+    /// Host names (or `name:port`) a browser may reach a tokenless daemon
+    /// by besides loopback and the bound address (`[server] allowed_hosts`).
+    pub allowed_hosts: Vec<String>,
+    /// The address the daemon is bound to (its IP is an allowed Host).
+    pub bound: Option<SocketAddr>,
 }
 
 impl Default for ServerOptions {
@@ -50,6 +58,8 @@ impl Default for ServerOptions {
             token: None,
             max_body_bytes: 10 * 1024 * 1024,
             shutdown_grace: Duration::from_secs(30),
+            allowed_hosts: Vec::new(),
+            bound: None,
         }
     }
 }
@@ -104,9 +114,14 @@ pub fn router(state: AppState) -> Router {
         .route("/assets/{file}", get(dashboard::asset))
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
+        .layer(axum::middleware::from_fn(guard::require_json))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            guard::check_origin,
         ))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)

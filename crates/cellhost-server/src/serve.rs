@@ -3,8 +3,8 @@
 //! On the shutdown signal the daemon stops accepting connections, lets
 //! running cells finish for up to the grace period, kills every kernel
 //! (a cell still running then ends with `state_lost` and its caller gets
-//! that result), gives responses a moment to go out, and flushes the
-//! history.
+//! that result), waits for those cells to be recorded, gives responses a
+//! moment to go out, and flushes the history.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -82,6 +82,12 @@ pub async fn serve(listening: Listening, state: AppState, shutdown: impl Future<
         eprintln!("cellhost: {left} cell(s) still running after the shutdown grace; killing their kernels");
     }
     state.manager.shutdown().await;
+    // The killed cells' tasks still record their results: wait for them
+    // (bounded) before the history closes.
+    let deadline = Instant::now() + state.options.shutdown_grace.max(DRAIN);
+    while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let _ = tokio::time::timeout(DRAIN, server).await;
     if let Some(h) = state.history.clone() {
         let _ = tokio::task::spawn_blocking(move || h.close()).await;

@@ -69,6 +69,20 @@ async fn bad_json_a_missing_code_and_bad_fields_are_400s_with_the_error_shape() 
         let (st, v) = s.post("/v1/sessions/a/execute", body).await;
         assert_eq!(st, StatusCode::BAD_REQUEST, "{body}: {v}");
         assert_eq!(error_code(&v), code, "{body}: {v}");
+        // With SSE too: a plain 4xx, not a 200 stream with an error event.
+        if !body.is_empty() {
+            let req = Request::post("/v1/sessions/a/execute")
+                .header("accept", "text/event-stream")
+                .header("content-type", "application/json")
+                .body(Body::from(body))
+                .unwrap();
+            let (st, v) = json(s.call(req).await).await;
+            assert_eq!(
+                (st, error_code(&v)),
+                (StatusCode::BAD_REQUEST, code),
+                "SSE {body}"
+            );
+        }
     }
     let (_, v) = s.post("/v1/sessions/a/execute", r#"{"timeout": 3}"#).await;
     assert!(
@@ -157,7 +171,8 @@ async fn with_a_token_every_route_but_healthz_needs_the_bearer() {
     let (st, _) = s.get("/healthz").await;
     assert_eq!(st, StatusCode::OK);
     let right = Request::post("/v1/sessions/a/execute")
-        .header("authorization", "Bearer s3cret-token")
+        .header("authorization", "bearer s3cret-token")
+        .header("content-type", "application/json")
         .body(Body::from(r#"{"code": "2 * 21"}"#))
         .unwrap();
     let (st, v) = json(s.call(right).await).await;
@@ -178,11 +193,150 @@ async fn with_a_token_every_route_but_healthz_needs_the_bearer() {
     assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
     let pair = cookie.split(';').next().unwrap().to_owned();
     let with_cookie = Request::get("/v1/kernels")
-        .header("cookie", pair)
+        .header("cookie", pair.clone())
         .body(Body::empty())
         .unwrap();
     assert_eq!(s.call(with_cookie).await.status(), StatusCode::OK);
+    // The cookie alone does not authorize a change (CSRF); with the
+    // dashboard's X-Cellhost header it does.
+    let change = |extra: Option<&str>| {
+        let mut r = Request::delete("/v1/sessions/a").header("cookie", pair.clone());
+        if let Some(v) = extra {
+            r = r.header("x-cellhost", v);
+        }
+        r.body(Body::empty()).unwrap()
+    };
+    let (st, v) = json(s.call(change(None)).await).await;
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::UNAUTHORIZED, "unauthorized")
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("X-Cellhost"),
+        "{v}"
+    );
+    assert_eq!(s.call(change(Some("1"))).await.status(), StatusCode::OK);
+    // The token is taken as sent: padding is not the token.
+    let padded = Request::get("/v1/kernels")
+        .header("authorization", "Bearer  s3cret-token")
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(s.call(padded).await.status(), StatusCode::UNAUTHORIZED);
     s.shutdown().await;
+}
+
+#[tokio::test]
+async fn bodies_must_be_json_and_browsers_must_come_from_this_host() {
+    let s = server().await;
+    let post = |ct: Option<&str>, body: &'static str| {
+        let mut r = Request::post("/v1/sessions/a/execute");
+        if let Some(ct) = ct {
+            r = r.header("content-type", ct);
+        }
+        r.body(Body::from(body)).unwrap()
+    };
+    for ct in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+    ] {
+        let (st, v) = json(s.call(post(ct, r#"{"code": "1"}"#)).await).await;
+        assert_eq!(
+            (st, error_code(&v)),
+            (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            "{ct:?}"
+        );
+    }
+    let (st, _) = json(
+        s.call(post(
+            Some("application/json; charset=utf-8"),
+            r#"{"code": "1"}"#,
+        ))
+        .await,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    // No body: no Content-Type needed.
+    let (st, v) = json(
+        s.call(
+            Request::post("/v1/sessions/a/interrupt")
+                .body(Body::empty())
+                .unwrap(),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    // DNS rebinding: a Host that is not this machine is refused.
+    let with = |host: &str, origin: Option<&str>| {
+        let mut r = Request::get("/v1/kernels").header("host", host);
+        if let Some(o) = origin {
+            r = r.header("origin", o);
+        }
+        r.body(Body::empty()).unwrap()
+    };
+    for host in [
+        "127.0.0.1:8787",
+        "localhost:8787",
+        "[::1]:8787",
+        "127.0.0.2",
+    ] {
+        assert_eq!(
+            s.call(with(host, None)).await.status(),
+            StatusCode::OK,
+            "{host}"
+        );
+    }
+    let (st, v) = json(s.call(with("evil.example:8787", None)).await).await;
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::FORBIDDEN, "forbidden_host")
+    );
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("allowed_hosts"));
+    // A cross-site Origin is refused; the same origin passes.
+    let (st, v) = json(
+        s.call(with("127.0.0.1:8787", Some("http://evil.example")))
+            .await,
+    )
+    .await;
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::FORBIDDEN, "forbidden_origin")
+    );
+    let (st, _) = json(s.call(with("127.0.0.1:8787", Some("null"))).await).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    let (st, _) = json(
+        s.call(with("127.0.0.1:8787", Some("http://127.0.0.1:8787")))
+            .await,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK);
+    s.shutdown().await;
+    // allowed_hosts lists a name; a token lifts the Host rule.
+    for options in [
+        ServerOptions {
+            allowed_hosts: vec!["box.lan".into()],
+            ..ServerOptions::default()
+        },
+        ServerOptions {
+            token: Some("t".into()),
+            ..ServerOptions::default()
+        },
+    ] {
+        let s = server_with(options.clone(), 1).await;
+        let req = Request::get("/healthz")
+            .header("host", "box.lan:8787")
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(s.call(req).await.status(), StatusCode::OK, "{options:?}");
+        s.shutdown().await;
+    }
 }
 
 #[tokio::test]
@@ -190,6 +344,7 @@ async fn sse_sends_output_events_then_the_result() {
     let s = server().await;
     let req = Request::post("/v1/sessions/a/execute")
         .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
         .body(Body::from(
             r#"{"code": "import sys\nprint('one', flush=True)\nprint('two', file=sys.stderr)\ndisplay('shown')\n3"}"#,
         ))
@@ -224,6 +379,7 @@ async fn sse_reports_a_request_error_as_json_before_streaming() {
     let s = server().await;
     let req = Request::post("/v1/sessions/a/execute")
         .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
         .body(Body::from("{"))
         .unwrap();
     let (st, v) = json(s.call(req).await).await;
@@ -405,5 +561,46 @@ async fn the_dashboard_and_its_assets_are_served_from_the_binary() {
     assert!(text(js).await.contains("/v1/kernels"));
     let (st, _) = s.get("/assets/nope.js").await;
     assert_eq!(st, StatusCode::NOT_FOUND);
+    s.shutdown().await;
+}
+
+#[tokio::test]
+async fn sse_after_shutdown_is_a_503_not_a_stream() {
+    let s = server().await;
+    s.state.manager.shutdown().await;
+    let req = Request::post("/v1/sessions/a/execute")
+        .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
+        .body(Body::from(r#"{"code": "1"}"#))
+        .unwrap();
+    let (st, v) = json(s.call(req).await).await;
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+    );
+}
+
+#[tokio::test]
+async fn sse_ends_with_an_error_when_the_kernel_cannot_start() {
+    let s = server().await;
+    s.exec("a", "1").await;
+    // The staging root becomes a file: the reset's respawn fails.
+    let root = s.dir.path().join("run/kernels");
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::write(&root, "not a dir").unwrap();
+    let req = Request::post("/v1/sessions/a/execute")
+        .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
+        .body(Body::from(r#"{"code": "2", "reset": true}"#))
+        .unwrap();
+    let body = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+        text(s.call(req).await).await
+    })
+    .await
+    .expect("the stream ends");
+    let events = sse_events(&body);
+    let (name, v) = events.last().expect("an event");
+    assert_eq!(name, "error", "{body}");
+    assert_eq!(error_code(v), "kernel_unavailable");
     s.shutdown().await;
 }

@@ -71,6 +71,9 @@ async fn call(
     let mut req = Request::builder()
         .method(method)
         .uri(format!("http://{addr}{path}"));
+    if !body.is_empty() {
+        req = req.header("content-type", "application/json");
+    }
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
@@ -81,6 +84,22 @@ async fn call(
     let status = resp.status();
     let bytes = resp.into_body().collect().await.unwrap().to_bytes();
     (status, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+/// Wait until a kernel is busy; fail (not hang) after 60 s.
+async fn wait_busy(c: &HttpClient, addr: SocketAddr) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, k) = call(c, addr, "GET", "/v1/kernels", "", &[]).await;
+        if k.contains("\"busy\"") {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no kernel became busy within 60 s: {k}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test]
@@ -135,6 +154,7 @@ async fn sse_output_arrives_while_the_cell_is_still_running() {
     let c = client();
     let req = Request::post(format!("http://{}/v1/sessions/s/execute", r.addr))
         .header("accept", "text/event-stream")
+        .header("content-type", "application/json")
         .body(Full::new(Bytes::from(
             r#"{"code":"import time\nprint('first', flush=True)\ntime.sleep(1.5)\nprint('second')"}"#,
         )))
@@ -221,13 +241,7 @@ async fn shutdown_lets_a_running_cell_finish_and_flushes_its_history() {
         .await
     });
     // Wait until the cell is running, then ask the server to stop.
-    loop {
-        let (_, k) = call(&c, addr, "GET", "/v1/kernels", "", &[]).await;
-        if k.contains("\"busy\"") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_busy(&c, addr).await;
     let history_path = r.server.dir.path().join("data/history.sqlite");
     let manager = r.server.state.manager.clone();
     let _kept = r.shutdown().await;
@@ -274,19 +288,49 @@ async fn a_cell_still_running_after_the_grace_is_killed_and_told() {
         )
         .await
     });
-    loop {
-        let (_, k) = call(&c, addr, "GET", "/v1/kernels", "", &[]).await;
-        if k.contains("\"busy\"") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_busy(&c, addr).await;
     r.shutdown().await;
     let (st, body) = running.await.unwrap();
     assert_eq!(st, StatusCode::OK, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_ne!(v["status"], "success", "{v}");
     assert_eq!(v["kernel"]["state_lost"], true, "{v}");
+}
+
+#[tokio::test]
+async fn a_killed_cell_whose_client_left_is_still_in_the_history() {
+    let r = start(
+        ServerOptions {
+            shutdown_grace: Duration::from_millis(300),
+            ..ServerOptions::default()
+        },
+        4,
+    )
+    .await;
+    let c = client();
+    let addr = r.addr;
+    let c2 = c.clone();
+    let running = tokio::spawn(async move {
+        call(
+            &c2,
+            addr,
+            "POST",
+            "/v1/sessions/k/execute",
+            r#"{"code":"import time\ntime.sleep(60)"}"#,
+            &[],
+        )
+        .await
+    });
+    wait_busy(&c, addr).await;
+    // The client hangs up: nothing keeps the server waiting for the cell.
+    running.abort();
+    let _ = running.await;
+    let history_path = r.server.dir.path().join("data/history.sqlite");
+    let _kept = r.shutdown().await;
+    let reopened =
+        cellhost::history::History::open(&history_path, &Default::default(), []).unwrap();
+    let rows = reopened.session("k", 10).unwrap();
+    assert_eq!(rows.len(), 1, "the killed cell was recorded");
 }
 
 #[tokio::test]

@@ -93,3 +93,28 @@ async fn streaming_stops_at_the_cap_while_the_result_keeps_head_and_tail() {
     assert!(out.len() < 60_000, "{}", out.len());
     assert!(r.truncated.stdout && r.stdout.contains("line 19999"));
 }
+
+#[tokio::test]
+async fn a_kernel_that_cannot_respawn_lets_go_of_the_cells_event_sink() {
+    let k = kernel().await;
+    k.run("1").await;
+    // The staging root becomes a file: the reset's respawn fails.
+    let root = k.dir.path().join("kernels");
+    std::fs::remove_dir_all(&root).unwrap();
+    std::fs::write(&root, "not a dir").unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let r = k
+        .kernel
+        .execute(Cell::new("2").reset(true).events(tx))
+        .await;
+    assert!(r.is_err(), "{r:?}");
+    // Every sender is gone: the receiver ends instead of waiting forever.
+    let end = tokio::time::timeout(Duration::from_secs(5), async {
+        while rx.recv().await.is_some() {}
+    })
+    .await;
+    assert!(
+        end.is_ok(),
+        "the kernel still holds the failed cell's event sink"
+    );
+}

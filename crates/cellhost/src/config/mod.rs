@@ -167,9 +167,10 @@ mod tests {
 
     #[test]
     fn server_and_history_sections_parse_and_validate() {
-        let c = parse("[server]\nlisten = \"0.0.0.0:9000\"\ntoken = \"t0k\"\nmax_body_bytes = 2048\nshutdown_grace = 5\n[history]\nmax_rows = 10\nmax_days = 0\n").unwrap();
+        let c = parse("[server]\nlisten = \"0.0.0.0:9000\"\ntoken = \"t0k\"\nmax_body_bytes = 2048\nshutdown_grace = 5\nallowed_hosts = [\"box.lan\"]\n[history]\nmax_rows = 10\nmax_days = 0\n").unwrap();
         assert_eq!(c.server.listen, "0.0.0.0:9000");
         assert_eq!(c.server.token.as_deref(), Some("t0k"));
+        assert_eq!(c.server.allowed_hosts, ["box.lan"]);
         assert_eq!(c.history.max_rows, 10);
         let d = parse("").unwrap();
         assert_eq!(d.server.listen, "127.0.0.1:8787");

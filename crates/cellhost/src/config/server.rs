@@ -21,6 +21,10 @@ pub struct ServerConfig {
     /// Seconds running cells get to finish at shutdown before kernels are
     /// killed.
     pub shutdown_grace: u64,
+    /// Host names (`name` or `name:port`) browsers may reach a tokenless
+    /// daemon by, besides loopback literals, `localhost` and the bound
+    /// address; any other `Host` is refused (403, against DNS rebinding).
+    pub allowed_hosts: Vec<String>,
 }
 
 impl Default for ServerConfig {
@@ -30,6 +34,7 @@ impl Default for ServerConfig {
             token: None,
             max_body_bytes: 10 * 1024 * 1024,
             shutdown_grace: 30,
+            allowed_hosts: Vec::new(),
         }
     }
 }

@@ -139,13 +139,44 @@ impl History {
         config: &HistoryConfig,
         secrets: impl IntoIterator<Item = String>,
     ) -> Result<History, HistoryError> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        // Cells' code and output are private: a new directory is 0700, the
+        // database (and its -wal/-shm, which SQLite creates with the
+        // database's mode) 0600.
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| HistoryError::Dir {
-                path: dir.to_owned(),
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|source| HistoryError::Dir {
+                    path: dir.to_owned(),
+                    source,
+                })?;
+        }
+        let private = |p: &Path| {
+            let _ = std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600));
+        };
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(path)
+            .map_err(|source| HistoryError::Dir {
+                path: path.to_owned(),
                 source,
             })?;
-        }
+        // A database from an older version may be readable by others.
+        private(path);
         let conn = store::open_writer(path)?;
+        for suffix in ["-wal", "-shm"] {
+            let mut side = path.as_os_str().to_owned();
+            side.push(suffix);
+            let side = PathBuf::from(side);
+            if side.exists() {
+                private(&side);
+            }
+        }
         let retention = store::Retention::from(config);
         store::prune(&conn, &retention).map_err(|source| HistoryError::Sqlite {
             about: "apply history retention",

@@ -31,6 +31,29 @@ fn now() -> f64 {
 use std::time::SystemTime;
 
 #[test]
+fn the_history_is_private_to_its_user() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data/history.sqlite");
+    let h = History::open(&path, &HistoryConfig::default(), []).unwrap();
+    h.record(HistoryEntry::of("s", None, "x", now(), &result("out")));
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir.path().join("data")), 0o700);
+    assert_eq!(mode(&path), 0o600);
+    for side in ["history.sqlite-wal", "history.sqlite-shm"] {
+        let p = dir.path().join("data").join(side);
+        assert!(p.exists(), "{side}");
+        assert_eq!(mode(&p), 0o600, "{side}");
+    }
+    h.close();
+    // An older, world-readable database is tightened on open.
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let h = History::open(&path, &HistoryConfig::default(), []).unwrap();
+    assert_eq!(mode(&path), 0o600);
+    h.close();
+}
+
+#[test]
 fn rows_survive_reopening_and_come_back_oldest_first() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("h/history.sqlite");

@@ -378,7 +378,15 @@ impl Actor {
                         self.streams.err_eof = false;
                         self.streams.ctrl_eof = false;
                     }
-                    Err(e) => return (Err(e.into()), None),
+                    Err(e) => {
+                        // The cell never ran: nothing may keep its event
+                        // sink open (a caller reading events would wait
+                        // forever).
+                        self.streams.out.untap();
+                        self.streams.err.untap();
+                        self.streams.displays.abandon();
+                        return (Err(e.into()), None);
+                    }
                 }
             }
             let Slot::Live(proc) = &mut self.slot else {

@@ -109,6 +109,12 @@ impl Displays {
         }
     }
 
+    /// The cell could not run: let go of its sink (its displays stay for
+    /// the next cell).
+    pub(crate) fn abandon(&mut self) {
+        self.sink = None;
+    }
+
     /// Take one `op=display` frame.
     pub(crate) fn accept(&mut self, mut frame: Frame) {
         if let Some(size) = frame.int("skipped") {

@@ -98,6 +98,12 @@ impl Capture {
         self.tap = Some(tap);
     }
 
+    /// Stop streaming: drop the tap (and the event sink it holds) without
+    /// flushing it.
+    pub fn untap(&mut self) {
+        self.tap = None;
+    }
+
     /// Appends bytes the stream carried.
     pub fn push(&mut self, bytes: &[u8]) {
         if bytes.is_empty() {

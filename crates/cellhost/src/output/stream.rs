@@ -12,7 +12,8 @@
 //!   grows past [`KEY_HOLD_MAX`] is released as one redaction and the rest
 //!   of it is dropped);
 //! - a line longer than [`HOLD_MAX`] without a newline is released up to
-//!   its last space or tab.
+//!   its last space or tab; without one, all but its last [`HOLD_BACK`]
+//!   bytes.
 //!
 //! Streaming is bounded: after `budget` raw bytes (the per-cell cap) the
 //! tap sends one line saying it stopped; the cell result still has the
@@ -24,6 +25,11 @@ use super::group_digits;
 
 /// Longest text held waiting for a newline.
 pub const HOLD_MAX: usize = 16 * 1024;
+
+/// Bytes kept back when a line over [`HOLD_MAX`] without a space is
+/// released: longer than any secret pattern, so one straddling two reads
+/// is never split across events.
+pub const HOLD_BACK: usize = 256;
 
 /// Longest private-key block held waiting for its END line.
 pub const KEY_HOLD_MAX: usize = 64 * 1024;
@@ -92,11 +98,19 @@ impl LineTap {
             self.send(&held);
             self.dropping_key = true;
         } else if !self.in_key && self.pending.len() > HOLD_MAX {
-            let at = self
-                .pending
-                .iter()
-                .rposition(|&b| b == b' ' || b == b'\t')
-                .map_or(self.pending.len(), |i| i + 1);
+            let at = match self.pending.iter().rposition(|&b| b == b' ' || b == b'\t') {
+                Some(i) => i + 1,
+                // No space: keep the last HOLD_BACK bytes (at a character
+                // boundary) so a secret the next read completes is cleaned
+                // in one piece.
+                None => {
+                    let mut at = self.pending.len() - HOLD_BACK;
+                    while at > 0 && self.pending[at] & 0xC0 == 0x80 {
+                        at -= 1;
+                    }
+                    at
+                }
+            };
             self.release(at);
         }
     }

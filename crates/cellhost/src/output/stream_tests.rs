@@ -113,6 +113,27 @@ fn a_long_line_without_newline_is_released_at_a_space() {
 }
 
 #[test]
+fn a_token_straddling_the_cut_of_a_long_spaceless_line_is_redacted() {
+    let (mut t, got) = tap(1_000_000, &[]);
+    let token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789AB";
+    let (a, b) = token.split_at(14);
+    t.push(format!("{}={a}", "x".repeat(HOLD_MAX)).as_bytes());
+    assert!(
+        !got.lock().unwrap().is_empty(),
+        "the long line was released"
+    );
+    t.push(format!("{b}\n").as_bytes());
+    t.flush();
+    let out = joined(&got);
+    assert!(
+        !out.contains("ghp_abcdefghij"),
+        "{}",
+        &out[out.len() - 300..]
+    );
+    assert!(out.contains("[REDACTED:github_token]"));
+}
+
+#[test]
 fn carriage_returns_end_a_line_for_progress_bars() {
     let (mut t, got) = tap(1000, &[]);
     t.push(b"10%\r20%\r");

@@ -165,6 +165,12 @@ impl KernelManager {
         &self.shared.opts
     }
 
+    /// Whether [`shutdown`](Self::shutdown) has begun (every later call
+    /// fails with [`ManagerError::ShutDown`]).
+    pub fn is_shut_down(&self) -> bool {
+        self.shared.state().closed
+    }
+
     /// Run `cell` in `owner`'s default kernel.
     pub async fn execute(&self, owner: &str, cell: Cell) -> Result<CellResult, ManagerError> {
         self.execute_with(owner, &KernelSpec::default(), cell).await
