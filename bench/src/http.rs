@@ -147,8 +147,8 @@ fn raw_block(
     Ok((s, v))
 }
 
-const EXEC_REQ: &[u8] = b"POST /v1/sessions/http/execute HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"code\":\"x=1\"}";
-const FLOOR_REQ: &[u8] = b"GET /v1/none HTTP/1.1\r\nHost: bench\r\n\r\n";
+const EXEC_REQ: &[u8] = b"POST /v1/sessions/http/execute HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{\"code\":\"x=1\"}";
+const FLOOR_REQ: &[u8] = b"GET /v1/none HTTP/1.1\r\nHost: localhost\r\n\r\n";
 const SUCCESS: &[u8] = br#"{"status":"success""#;
 
 async fn lib_cell(m: &KernelManager, session: &str) -> Result<()> {
