@@ -12,16 +12,18 @@
 //! Environment: BENCH_N (2000) cells per path, BENCH_WARMUP (200),
 //! BENCH_SESSIONS (32), BENCH_PER_SESSION (200) cells each under load.
 
+#[path = "args.rs"]
+mod args;
 #[allow(dead_code)]
 #[path = "stats.rs"]
 mod stats;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use args::{env_usize, Args};
 use cellhost::config::HistoryConfig;
 use cellhost::history::History;
 use cellhost::registry::{KernelManager, ManagerOptions};
@@ -39,36 +41,6 @@ use stats::Summary;
 const BLOCK: usize = 100;
 
 type HttpClient = Client<HttpConnector, Full<Bytes>>;
-
-fn env_usize(name: &str, default: usize) -> Result<usize> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .with_context(|| format!("{name}={v} is not a whole number")),
-        Err(_) => Ok(default),
-    }
-}
-
-struct Args {
-    python: PathBuf,
-    out: PathBuf,
-}
-
-fn parse_args() -> Result<Args> {
-    let mut python = std::env::var_os("BENCH_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/python3"));
-    let mut out = PathBuf::from("bench/results/http.json");
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--python" => python = it.next().context("--python needs a path")?.into(),
-            "--out" => out = it.next().context("--out needs a file")?.into(),
-            other => bail!("unknown argument {other}; use --python PATH or --out FILE"),
-        }
-    }
-    Ok(Args { python, out })
-}
 
 fn client() -> HttpClient {
     let mut c = HttpConnector::new();
@@ -339,7 +311,7 @@ async fn bench(args: Args) -> Result<serde_json::Value> {
 }
 
 fn main() {
-    let args = match parse_args() {
+    let args = match args::parse("bench/results/http.json") {
         Ok(a) => a,
         Err(e) => {
             eprintln!("cellhost-bench-http: {e:#}");

@@ -7,6 +7,8 @@
 //! Environment: BENCH_N (1000) warm cells, BENCH_FIRST (30) new sessions
 //! per variant, BENCH_IDLE (500) idle kernels.
 
+#[path = "args.rs"]
+mod args;
 #[allow(dead_code)]
 #[path = "stats.rs"]
 mod stats;
@@ -15,40 +17,11 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use args::{env_usize, Args};
 use cellhost::registry::{KernelManager, ManagerOptions};
 use cellhost::{Cell, KernelOptions};
 use serde_json::json;
 use stats::Summary;
-
-fn env_usize(name: &str, default: usize) -> Result<usize> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .with_context(|| format!("{name}={v} is not a whole number")),
-        Err(_) => Ok(default),
-    }
-}
-
-struct Args {
-    python: PathBuf,
-    out: PathBuf,
-}
-
-fn parse_args() -> Result<Args> {
-    let mut python = std::env::var_os("BENCH_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/usr/bin/python3"));
-    let mut out = PathBuf::from("bench/results/lifecycle.json");
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--python" => python = it.next().context("--python needs a path")?.into(),
-            "--out" => out = it.next().context("--out needs a file")?.into(),
-            other => bail!("unknown argument {other}; use --python PATH or --out FILE"),
-        }
-    }
-    Ok(Args { python, out })
-}
 
 fn manager_options(dir: &tempfile::TempDir, python: &PathBuf) -> ManagerOptions {
     ManagerOptions::new(dir.path().join("data"))
@@ -238,7 +211,7 @@ async fn run(args: &Args) -> Result<()> {
 }
 
 fn main() {
-    let args = match parse_args() {
+    let args = match args::parse("bench/results/lifecycle.json") {
         Ok(a) => a,
         Err(e) => {
             eprintln!("cellhost-bench-lifecycle: {e:#}");

@@ -9,6 +9,8 @@
 //! Environment: BENCH_CALLS (1000) calls per cell, BENCH_ROUNDS (5) cells
 //! per variant, BENCH_N (2000) warm cells per variant.
 
+#[path = "args.rs"]
+mod args;
 #[allow(dead_code)]
 #[path = "stats.rs"]
 mod stats;
@@ -17,20 +19,12 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use args::env_usize;
 use cellhost::tools::{FnTool, ToolSet};
 use cellhost::{Cell, Kernel, KernelOptions};
 use serde_json::{json, Value};
 use stats::Summary;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn env_usize(name: &str, default: usize) -> Result<usize> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .parse()
-            .with_context(|| format!("{name}={v} is not a whole number")),
-        Err(_) => Ok(default),
-    }
-}
 
 /// The cell: `calls` timed calls of `fn()`, the times in ns as a list.
 fn timed_calls(call: &str, calls: usize) -> String {
@@ -72,16 +66,7 @@ fn parse_ns(value: Option<&str>) -> Result<Vec<f64>> {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> Result<()> {
-    let mut python = PathBuf::from("/usr/bin/python3");
-    let mut out = PathBuf::from("bench/results/tools.json");
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--python" => python = it.next().context("--python needs a path")?.into(),
-            "--out" => out = it.next().context("--out needs a file")?.into(),
-            other => bail!("unknown argument {other}; use --python PATH or --out FILE"),
-        }
-    }
+    let args::Args { python, out } = args::parse("bench/results/tools.json")?;
     let calls = env_usize("BENCH_CALLS", 1000)?;
     let rounds = env_usize("BENCH_ROUNDS", 5)?;
     let warm = env_usize("BENCH_N", 2000)?;

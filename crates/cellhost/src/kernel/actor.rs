@@ -26,7 +26,7 @@ use super::report::{self, Report, Vacancy};
 use super::wait::{drain, pump, take_frames, wait_for_cell, Frames, Outcome, Streams};
 use super::{Cell, Control, KernelError, KernelOptions, Observed, Request, SpawnError};
 use crate::interpreter::Interpreter;
-use crate::output::{Capture, Cleaner};
+use crate::output::{finish, Capture, Cleaner};
 use crate::sandbox::{launch::ensure_workspace, Sandbox};
 use crate::tools::{self, Authority, DEFAULT_MAX_TOOL_CALLS};
 
@@ -491,27 +491,21 @@ impl Actor {
 
     /// Turn the captures and the report into the cleaned, bounded result.
     fn finish(&mut self, report: Report, info: KernelInfo, started: Instant) -> CellResult {
-        // Value, error and traceback: same cap and cleaning as the streams,
-        // without a spill file (the runner already bounds them at 1 MiB).
-        let limits = crate::output::OutputLimits {
-            spill_cap_bytes: 0,
-            ..self.opts.output.clone()
-        };
-        let clean_field = |s: Option<String>| {
-            s.map(|s| {
-                let mut c = Capture::new(&limits, PathBuf::new());
-                c.push(s.as_bytes());
-                c.finish(&self.cleaner).text
-            })
-        };
-        let value = clean_field(report.value);
-        let error = clean_field(report.error);
-        let traceback = clean_field(report.traceback);
+        let [value, error, traceback] = finish::clean_fields(
+            &self.opts.output,
+            &self.cleaner,
+            [report.value, report.error, report.traceback],
+        );
         // Output that arrives from now on belongs to the next cell.
         let (out, err) = self.fresh_captures();
         let out = out.finish(&self.cleaner);
         let err = err.finish(&self.cleaner);
-        let spill_path = self.write_spill(&info, out.full.as_deref(), err.full.as_deref());
+        let spill_path = finish::write_spill(
+            &self.opts.spill_dir,
+            &info,
+            out.full.as_deref(),
+            err.full.as_deref(),
+        );
         let (displays, displays_dropped, displays_note) = self.streams.displays.finish();
         CellResult {
             status: report.status,
@@ -532,45 +526,6 @@ impl Actor {
             duration_seconds: started.elapsed().as_secs_f64(),
             kernel: info,
         }
-    }
-
-    /// Write the full text of cut streams next to the session (not in the
-    /// kernel's staging dir), owner-only. Whatever sits at the path is
-    /// unlinked first and the file is created exclusively, so a planted
-    /// symlink is never followed.
-    fn write_spill(
-        &self,
-        info: &KernelInfo,
-        out: Option<&str>,
-        err: Option<&str>,
-    ) -> Option<String> {
-        let text = match (out, err) {
-            (None, None) => return None,
-            (Some(o), None) => o.to_owned(),
-            (None, Some(e)) => e.to_owned(),
-            (Some(o), Some(e)) => format!("--- stdout ---\n{o}\n--- stderr ---\n{e}"),
-        };
-        let path = self
-            .opts
-            .spill_dir
-            .join(format!("{}-cell-{}.txt", info.id, info.execution_count));
-        let write = || -> io::Result<()> {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            private_dir(&self.opts.spill_dir)?;
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .mode(0o600)
-                .open(&path)?;
-            f.write_all(text.as_bytes())
-        };
-        write().ok().map(|()| path.display().to_string())
     }
 }
 

@@ -28,6 +28,7 @@
 
 mod capture;
 mod clean;
+pub(crate) mod finish;
 mod redact;
 pub mod stream;
 

@@ -4,14 +4,13 @@
 //! Blob: `CELLHOST1 <frames> <stdout> <stderr>\n` then the three parts.
 //! The frames are runner.py's own (displays, then the `done` reply).
 
-use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use cellhost_protocol::{CellResult, KernelInfo, Truncated};
 
 use crate::kernel::frame::{Frame, FrameReader};
 use crate::kernel::{private_dir, Displays, Report};
-use crate::output::{Capture, Cleaner, OutputLimits};
+use crate::output::{finish, Capture, Cleaner, OutputLimits};
 
 /// A parsed result blob.
 #[derive(Debug, Default)]
@@ -84,17 +83,11 @@ impl Finisher<'_> {
         displays: &mut Displays,
         seconds: f64,
     ) -> CellResult {
-        let limits = OutputLimits {
-            spill_cap_bytes: 0,
-            ..self.output.clone()
-        };
-        let clean_field = |s: Option<String>| {
-            s.map(|s| {
-                let mut c = Capture::new(&limits, PathBuf::new());
-                c.push(s.as_bytes());
-                c.finish(self.cleaner).text
-            })
-        };
+        let [value, error, traceback] = finish::clean_fields(
+            self.output,
+            self.cleaner,
+            [report.value, report.error, report.traceback],
+        );
         // Raw spill files of cut streams go here.
         let _ = private_dir(self.spill_dir);
         let tag = super::short_hash(&format!("{}-{}", info.id, info.execution_count));
@@ -108,15 +101,20 @@ impl Finisher<'_> {
         };
         let out = capture(stdout, "stdout");
         let err = capture(stderr, "stderr");
-        let spill_path = self.write_spill(&info, out.full.as_deref(), err.full.as_deref());
+        let spill_path = finish::write_spill(
+            self.spill_dir,
+            &info,
+            out.full.as_deref(),
+            err.full.as_deref(),
+        );
         let (items, dropped, note) = displays.finish();
         CellResult {
             status: report.status,
             stdout: out.text,
             stderr: err.text,
-            value: clean_field(report.value),
-            error: clean_field(report.error),
-            traceback: clean_field(report.traceback),
+            value,
+            error,
+            traceback,
             displays: items,
             truncated: Truncated {
                 stdout: out.truncated,
@@ -129,41 +127,6 @@ impl Finisher<'_> {
             duration_seconds: seconds,
             kernel: info,
         }
-    }
-
-    /// The full text of cut streams, owner-only, created exclusively.
-    fn write_spill(
-        &self,
-        info: &KernelInfo,
-        out: Option<&str>,
-        err: Option<&str>,
-    ) -> Option<String> {
-        let text = match (out, err) {
-            (None, None) => return None,
-            (Some(o), None) => o.to_owned(),
-            (None, Some(e)) => e.to_owned(),
-            (Some(o), Some(e)) => format!("--- stdout ---\n{o}\n--- stderr ---\n{e}"),
-        };
-        let path = self
-            .spill_dir
-            .join(format!("{}-cell-{}.txt", info.id, info.execution_count));
-        let write = || -> io::Result<()> {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            private_dir(self.spill_dir)?;
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .mode(0o600)
-                .open(&path)?;
-            f.write_all(text.as_bytes())
-        };
-        write().ok().map(|()| path.display().to_string())
     }
 }
 
