@@ -8,9 +8,11 @@
 mod clients;
 mod displays;
 mod http;
+mod mcp;
 mod render;
 mod run;
 mod serve;
+mod setup;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -34,6 +36,9 @@ enum Command {
     Run(RunArgs),
     /// Run the daemon: HTTP API under /v1, metrics, history, dashboard.
     Serve(ServeArgs),
+    /// Serve MCP over stdio (for Claude Desktop, Claude Code, Cursor…):
+    /// execute_code, interrupt, reset_session, list_kernels.
+    Mcp(HostArgs),
     /// Run code in a session of a running daemon, printing output live.
     Exec(ExecArgs),
     /// List the daemon's live sessions (kernels).
@@ -66,6 +71,14 @@ pub(crate) struct ServeArgs {
     /// A non-loopback address needs CELLHOST_TOKEN.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    #[command(flatten)]
+    pub host: HostArgs,
+}
+
+/// What `serve` and `mcp` share: the config, data dir, interpreter and
+/// sandbox of the kernels they host.
+#[derive(clap::Args)]
+pub(crate) struct HostArgs {
     /// Read every section from this cellhost.toml.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -76,7 +89,7 @@ pub(crate) struct ServeArgs {
     /// Python interpreter (default: $CELLHOST_PYTHON, else python3 on PATH).
     #[arg(long, value_name = "PATH")]
     pub python: Option<PathBuf>,
-    /// Sandbox profile: `strict` (default for the daemon) or `none`.
+    /// Sandbox profile: `strict` (the default: agents' code) or `none`.
     #[arg(long, value_name = "PROFILE")]
     pub sandbox: Option<cellhost::config::Profile>,
 }
@@ -177,7 +190,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // The daemon serves many callers at once; the rest are one-shot.
     let built = match cli.command {
-        Command::Serve(_) => tokio::runtime::Builder::new_multi_thread()
+        Command::Serve(_) | Command::Mcp(_) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build(),
         _ => tokio::runtime::Builder::new_current_thread()
@@ -195,6 +208,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Serve(args) => serve::serve(args).await,
+            Command::Mcp(args) => mcp::mcp(args).await,
             Command::Exec(args) => clients::exec(args).await,
             Command::Sessions { client, json } => clients::sessions(client, json).await,
             Command::Reset { client, session } => clients::reset(client, session).await,

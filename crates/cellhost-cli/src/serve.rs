@@ -5,24 +5,15 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use cellhost::config::{Config, Profile};
 use cellhost::history::History;
-use cellhost::registry::{KernelManager, ManagerOptions};
-use cellhost::KernelOptions;
 use cellhost_server::{AppState, Listening, ServerOptions};
 
-use crate::ServeArgs;
+use crate::{setup, ServeArgs};
 
 pub(crate) async fn serve(args: ServeArgs) -> u8 {
-    let config = match &args.config {
-        Some(path) => match Config::load(path) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("cellhost: {e}");
-                return 2;
-            }
-        },
-        None => Config::default(),
+    let config = match setup::load_config(&args.host) {
+        Ok(c) => c,
+        Err(code) => return code,
     };
     let listen = args
         .listen
@@ -39,37 +30,6 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
         .ok()
         .filter(|t| !t.trim().is_empty())
         .or_else(|| config.server.token.clone());
-    let opts = KernelOptions {
-        python: args.python.clone(),
-        // The daemon runs code an agent wrote: strict unless configured.
-        sandbox: config.sandbox.sandbox(args.sandbox, Profile::Strict),
-        limits: config.limits.limits(),
-        ..KernelOptions::default()
-    };
-    if let Err(e) = cellhost::Interpreter::resolve(opts.python.as_deref()) {
-        eprintln!("cellhost: {e}");
-        return 2;
-    }
-    // Say it now, not on the first request: strict needs bubblewrap.
-    if opts.sandbox.is_strict() && !on_path("bwrap") {
-        eprintln!(
-            "cellhost: {} (--sandbox none)",
-            cellhost::sandbox::SandboxError::BwrapMissing
-        );
-        return 2;
-    }
-    let data_dir = args
-        .data_dir
-        .clone()
-        .unwrap_or_else(cellhost::registry::default_data_dir);
-    // The data dir holds every cell's code and output (history): private.
-    if let Err(e) = private_dir(&data_dir) {
-        eprintln!(
-            "cellhost: cannot create the data dir {}: {e}; pick another with --data-dir",
-            data_dir.display()
-        );
-        return 2;
-    }
     let listening = match Listening::bind(addr, token.is_some()).await {
         Ok(l) => l,
         Err(e) => {
@@ -77,54 +37,42 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
             return 2;
         }
     };
-    let history = if config.history.enabled {
-        let path = data_dir.join("history.sqlite");
-        let secrets = opts.env.secrets.clone();
-        let config = config.history.clone();
+    let host = match setup::host(&args.host, config).await {
+        Ok(h) => h,
+        Err(code) => return code,
+    };
+    let history = if host.config.history.enabled {
+        let path = host.data_dir.join("history.sqlite");
+        let secrets = host.opts.env.secrets.clone();
+        let config = host.config.history.clone();
         let opened =
             tokio::task::spawn_blocking(move || History::open(&path, &config, secrets)).await;
-        match opened {
-            Ok(Ok(h)) => Some(Arc::new(h)),
-            Ok(Err(e)) => {
-                eprintln!("cellhost: {e}; fix or move the file, or set [history] enabled = false");
-                return 1;
-            }
+        let failed = match opened {
+            Ok(Ok(h)) => Ok(Some(Arc::new(h))),
+            Ok(Err(e)) => Err(format!(
+                "{e}; fix or move the file, or set [history] enabled = false"
+            )),
+            Err(e) => Err(format!("opening the history failed: {e}")),
+        };
+        match failed {
+            Ok(h) => h,
             Err(e) => {
-                eprintln!("cellhost: opening the history failed: {e}");
+                eprintln!("cellhost: {e}");
+                host.shutdown().await;
                 return 1;
             }
         }
     } else {
         None
     };
-    let profile = if opts.sandbox.is_strict() {
-        "strict"
-    } else {
-        "none"
-    };
-    let tools = match cellhost_server::webhook::toolset(&config.tools) {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("cellhost: {e}");
-            return 2;
-        }
-    };
-    let manager = KernelManager::start(
-        ManagerOptions::new(&data_dir)
-            .lifecycle(&config.lifecycle)
-            .kernel(opts)
-            .remote(&config)
-            .tools(tools),
-    )
-    .await;
     let state = AppState::new(
-        manager,
+        host.manager.clone(),
         history,
         ServerOptions {
             token: token.clone(),
-            max_body_bytes: config.server.max_body_bytes,
-            shutdown_grace: config.server.shutdown_grace(),
-            allowed_hosts: config.server.allowed_hosts.clone(),
+            max_body_bytes: host.config.server.max_body_bytes,
+            shutdown_grace: host.config.server.shutdown_grace(),
+            allowed_hosts: host.config.server.allowed_hosts.clone(),
             bound: Some(listening.addr),
         },
     );
@@ -135,34 +83,16 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
         None => format!("{url}/"),
     };
     println!(
-        "cellhost: listening on {url} (sandbox {profile}, data in {})",
-        data_dir.display()
+        "cellhost: listening on {url} (sandbox {}, data in {})",
+        host.profile(),
+        host.data_dir.display()
     );
-    println!("cellhost: dashboard {dashboard}");
+    println!("cellhost: dashboard {dashboard}, MCP {url}/mcp");
     if token.is_none() {
         println!("cellhost: no token set: anyone on this machine can use the API (set CELLHOST_TOKEN to require one)");
     }
     cellhost_server::serve(listening, state, cellhost_server::shutdown_signal()).await;
+    host.shutdown().await;
     println!("cellhost: stopped");
     0
-}
-
-/// Create `dir` (0700) or tighten it to 0700.
-fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
-}
-
-fn on_path(name: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(dir.join(name))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
 }

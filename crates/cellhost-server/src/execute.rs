@@ -215,11 +215,7 @@ pub(crate) async fn run(
         cell = cell.clone().events(tx);
         rx
     });
-    let (done, result) = oneshot::channel();
-    // Counted before the task exists, so a shutdown that starts now still
-    // waits for this cell (and its history row).
-    let in_flight = InFlight::enter(&state);
-    tokio::spawn(run_cell(state, session, owner, req, cell, done, in_flight));
+    let result = spawn_cell(&state, session, owner, req, cell);
     match events {
         None => match result.await {
             Ok(Ok(r)) => Json(r).into_response(),
@@ -233,6 +229,31 @@ pub(crate) async fn run(
         },
         Some(rx) => sse_response(rx, result).into_response(),
     }
+}
+
+/// Run `cell` in its own task (counted, recorded in metrics and history
+/// as `session`'s), so a caller that goes away never cuts it halfway.
+pub(crate) fn spawn_cell(
+    state: &AppState,
+    session: String,
+    owner: String,
+    req: ExecuteRequest,
+    cell: Cell,
+) -> oneshot::Receiver<Result<CellResult, ApiError>> {
+    let (done, result) = oneshot::channel();
+    // Counted before the task exists, so a shutdown that starts now still
+    // waits for this cell (and its history row).
+    let in_flight = InFlight::enter(state);
+    tokio::spawn(run_cell(
+        state.clone(),
+        session,
+        owner,
+        req,
+        cell,
+        done,
+        in_flight,
+    ));
+    result
 }
 
 async fn run_cell(

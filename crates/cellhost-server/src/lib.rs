@@ -7,8 +7,8 @@
 //! Modules: `api` (the `/v1` handlers), `execute` (the execute request, the
 //! cell it becomes, SSE), `error` (one JSON error shape), `auth` (Bearer
 //! token), `guard` (Host, Origin and Content-Type checks), `metrics`,
-//! `openapi`, `dashboard` (embedded assets), `serve` (binding and
-//! shutdown).
+//! `openapi`, `dashboard` (embedded assets), `mcp` (MCP over streamable
+//! HTTP at `/mcp`), `serve` (binding and shutdown).
 
 mod api;
 mod auth;
@@ -16,6 +16,7 @@ mod dashboard;
 mod error;
 mod execute;
 mod guard;
+mod mcp;
 mod metrics;
 mod openapi;
 mod serve;
@@ -74,6 +75,8 @@ pub struct AppState {
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// Cells running now (graceful shutdown waits for them).
     pub(crate) in_flight: Arc<AtomicUsize>,
+    /// Ends every `/mcp` session at shutdown.
+    pub(crate) mcp_stop: cellhost_mcp::CancellationToken,
 }
 
 impl AppState {
@@ -88,12 +91,13 @@ impl AppState {
             options: Arc::new(options),
             metrics: Arc::default(),
             in_flight: Arc::default(),
+            mcp_stop: cellhost_mcp::CancellationToken::new(),
         }
     }
 }
 
-/// The whole app: `/v1` API, `/healthz`, `/metrics`, `/openapi.json` and
-/// the dashboard at `/`.
+/// The whole app: `/v1` API, MCP at `/mcp`, `/healthz`, `/metrics`,
+/// `/openapi.json` and the dashboard at `/`.
 pub fn router(state: AppState) -> Router {
     let limit = state.options.max_body_bytes;
     Router::new()
@@ -112,6 +116,7 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi::document))
         .route("/", get(dashboard::index))
         .route("/assets/{file}", get(dashboard::asset))
+        .route_service("/mcp", mcp::service(&state))
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(axum::middleware::from_fn(guard::require_json))

@@ -9,6 +9,7 @@ mod backends;
 mod history;
 mod lifecycle;
 mod limits;
+mod mcp_servers;
 mod sandbox;
 mod server;
 mod tools;
@@ -22,6 +23,7 @@ pub use backends::{BackendConfig, DockerConfig, KubectlConfig, RemoteCommon, Ssh
 pub use history::HistoryConfig;
 pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;
+pub use mcp_servers::McpServerConfig;
 pub use sandbox::{Profile, SandboxConfig};
 pub use server::{ServerConfig, DEFAULT_LISTEN};
 pub use tools::ToolConfig;
@@ -46,6 +48,9 @@ pub struct Config {
     pub backends: BTreeMap<String, BackendConfig>,
     /// `[[tools]]`: tools the daemon offers to cells, served over HTTP.
     pub tools: Vec<ToolConfig>,
+    /// `[[mcp_servers]]`: downstream MCP servers whose tools cells call
+    /// (code mode).
+    pub mcp_servers: Vec<McpServerConfig>,
 }
 
 /// Why a configuration file could not be used.
@@ -97,6 +102,27 @@ impl Config {
                 return Err(format!(
                     "[[tools]]: a tool named {:?} is already registered; tool names must be unique",
                     tool.name
+                ));
+            }
+        }
+        let mut servers = std::collections::BTreeSet::new();
+        for server in &self.mcp_servers {
+            server.validate()?;
+            if !servers.insert(server.name.as_str()) {
+                return Err(format!(
+                    "[[mcp_servers]]: a server named {:?} is already configured; names must be unique",
+                    server.name
+                ));
+            }
+            let prefix = format!("{}.", server.name);
+            if let Some(tool) = self
+                .tools
+                .iter()
+                .find(|t| t.name == server.name || t.name.starts_with(&prefix))
+            {
+                return Err(format!(
+                    "[[mcp_servers]] {:?} would share the name tools.{} with [[tools]] {:?}; rename one",
+                    server.name, server.name, tool.name
                 ));
             }
         }

@@ -219,6 +219,13 @@ impl ToolSet {
         self.tools.len()
     }
 
+    /// One line per tool saying how a cell calls it (Python call with
+    /// typed keyword arguments, then the description's first line), for a
+    /// model to read in a front end's tool description.
+    pub fn signatures(&self) -> Vec<String> {
+        self.iter().map(|t| stub::signature(t.as_ref())).collect()
+    }
+
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
     }

@@ -182,6 +182,62 @@ fn function(out: &mut String, def_name: &str, tool: &dyn Tool) {
     );
 }
 
+/// How a model calls `tool` from a cell, on one line: the Python call
+/// with its keyword arguments and types, then the description's first
+/// line. Used to list the functions in a front end's tool description.
+pub(super) fn signature(tool: &dyn Tool) -> String {
+    let schema = tool.parameters();
+    let required: BTreeSet<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut params: Vec<String> = Vec::new();
+    let props = schema.get("properties").and_then(Value::as_object);
+    for (name, prop) in props.into_iter().flatten() {
+        let ty = prop.get("type").map(type_name).unwrap_or_default();
+        let ty = if ty.is_empty() {
+            String::new()
+        } else {
+            format!(": {ty}")
+        };
+        let opt = if required.contains(name.as_str()) {
+            ""
+        } else {
+            " = None"
+        };
+        params.push(format!("{name}{ty}{opt}"));
+    }
+    let path = tool
+        .name()
+        .split('.')
+        .map(py_name)
+        .collect::<Option<Vec<String>>>()
+        .filter(|p| !RESERVED.contains(&p[0].as_str()));
+    let call = match path {
+        Some(p) if params.is_empty() => format!("tools.{}()", p.join(".")),
+        Some(p) => format!("tools.{}(*, {})", p.join("."), params.join(", ")),
+        None if params.is_empty() => format!("tools.call({})", py_str(tool.name())),
+        None => format!(
+            "tools.call({}, *, {})",
+            py_str(tool.name()),
+            params.join(", ")
+        ),
+    };
+    let first = tool
+        .description()
+        .trim()
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim();
+    if first.is_empty() {
+        call
+    } else {
+        format!("{call}: {first}")
+    }
+}
+
 fn type_name(ty: &Value) -> String {
     match ty {
         Value::String(s) => s.clone(),
@@ -247,5 +303,15 @@ mod tests {
             "reserved names stay the module's"
         );
         assert!(src.contains("names = [\"9lives\", \"call\", \"fs.read-file\", \"web_search\"]"));
+        let sigs = set.signatures();
+        assert_eq!(
+            sigs,
+            [
+                "tools.call(\"9lives\"): Does \"things\".",
+                "tools.call(\"call\"): Does \"things\".",
+                "tools.fs.read_file(): Does \"things\".",
+                "tools.web_search(*, from: string = None, limit: integer = None, query: string): Does \"things\".",
+            ]
+        );
     }
 }

@@ -1,0 +1,226 @@
+"""Drives cellhost's MCP server with the official MCP Python SDK (PyPI `mcp`).
+
+    python client.py stdio CELLHOST DATA_DIR
+    python client.py http URL TOKEN
+    python client.py codemode CELLHOST DATA_DIR CONFIG
+
+Each scenario asserts what a real client sees and prints "OK <scenario>"
+at the end; any failed assertion exits non-zero with the reason.
+"""
+
+import json
+import sys
+import time
+
+import anyio
+import httpx2
+from mcp.client.session import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+
+
+def text(result):
+    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+async def run(client, code, **kw):
+    args = {"code": code}
+    args.update(kw)
+    return await client.call_tool("execute_code", args)
+
+
+async def check_basics(s):
+    listed = await s.list_tools()
+    names = sorted(t.name for t in listed.tools)
+    assert names == ["execute_code", "interrupt", "list_kernels", "reset_session"], names
+
+    r = await run(s, "x = 41")
+    assert not r.is_error, text(r)
+    r = await run(s, "x + 1")
+    assert "Out[2]: 42" in text(r), text(r)
+    assert r.structured_content["value"] == "42", r.structured_content
+    assert r.structured_content["kernel"]["reused"] is True, r.structured_content
+
+    r = await run(s, "1/0")
+    assert r.is_error and "ZeroDivisionError" in text(r), text(r)
+    assert "state is kept" in text(r), text(r)
+
+    # A timeout interrupts and keeps state.
+    r = await run(s, "import time\ny = 5\ntime.sleep(30)", timeout=1)
+    assert r.structured_content["status"] == "timeout", r.structured_content
+    r = await run(s, "y")
+    assert "Out" in text(r) and "5" in text(r), text(r)
+
+    # Progress notifications carry output lines while the cell runs.
+    seen = []
+
+    async def progress(p, total, message):
+        seen.append((time.monotonic(), message))
+
+    start = time.monotonic()
+    r = await s.call_tool(
+        "execute_code",
+        {"code": "import time\nfor i in range(3):\n    print('line', i)\n    time.sleep(0.4)"},
+        progress_callback=progress,
+    )
+    end = time.monotonic()
+    joined = "".join(m or "" for _, m in seen)
+    assert "line 0" in joined and "line 2" in joined, seen
+    assert seen[0][0] < end - 0.5, ("first progress came only at the end", seen, start, end)
+
+    # Cancelling a call interrupts its cell; state survives.
+    await run(s, "z = 7")
+    t0 = time.monotonic()
+    with anyio.move_on_after(1.0):
+        await run(s, "import time\ntime.sleep(30)\nz = 0")
+    r = await run(s, "z")
+    assert "7" in text(r), text(r)
+    assert time.monotonic() - t0 < 15, "the cancelled cell was not interrupted"
+
+    # interrupt with nothing running, list_kernels, reset_session.
+    r = await s.call_tool("interrupt", {})
+    assert "nothing to interrupt" in text(r), text(r)
+    r = await s.call_tool("list_kernels", {})
+    kernels = r.structured_content["kernels"]
+    assert len(kernels) >= 1, r.structured_content
+    r = await s.call_tool("reset_session", {})
+    assert "Discarded" in text(r), text(r)
+    r = await run(s, "x")
+    assert r.is_error and "NameError" in text(r), text(r)
+
+    # reset=True restarts before running and says so.
+    await run(s, "w = 1")
+    r = await run(s, "w", reset=True)
+    assert "restarted" in text(r) and "NameError" in text(r), text(r)
+
+    # Bad arguments are a tool error that says what was wrong.
+    r = await s.call_tool("execute_code", {"cod": "1"})
+    assert r.is_error and "cod" in text(r), text(r)
+    r = await s.call_tool("execute_code", {"code": "1", "timeout": -1})
+    assert r.is_error and "timeout" in text(r), text(r)
+
+
+async def stdio(cellhost, data_dir):
+    params = StdioServerParameters(
+        command=cellhost, args=["mcp", "--sandbox", "none", "--data-dir", data_dir]
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as s:
+            info = await s.initialize()
+            assert info.server_info.name == "cellhost", info
+            await check_basics(s)
+            # A named session is a separate kernel.
+            await run(s, "q = 'mine'")
+            r = await run(s, "q", session="conv-1")
+            assert "NameError" in text(r), text(r)
+
+
+def http_client(token):
+    headers = {"Authorization": "Bearer " + token} if token else {}
+    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0))
+
+
+async def http(url, token):
+    # Without the token: refused with a 401 (the SDK only says "error").
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "t", "version": "0"}}}
+    async with http_client("") as c:
+        resp = await c.post(url, json=init,
+                            headers={"Accept": "application/json, text/event-stream"})
+        assert resp.status_code == 401, (resp.status_code, resp.text)
+    failed = False
+    try:
+        async with streamable_http_client(url, http_client=http_client("")) as (read, write):
+            async with ClientSession(read, write) as s:
+                await s.initialize()
+    except BaseException:  # the SDK raises its transport error (in a group)
+        failed = True
+    assert failed, "initialize without a token succeeded"
+
+    async with streamable_http_client(url, http_client=http_client(token)) as (ra, wa):
+        async with ClientSession(ra, wa) as a:
+            await a.initialize()
+            await check_basics(a)
+            async with streamable_http_client(url, http_client=http_client(token)) as (rb, wb):
+                async with ClientSession(rb, wb) as b:
+                    await b.initialize()
+                    # Two connections, two kernels: b cannot see a's state.
+                    await run(a, "secret = 'a'")
+                    r = await run(b, "secret")
+                    assert r.is_error and "NameError" in text(r), text(r)
+                    await run(b, "secret = 'b'")
+                    r = await run(a, "secret")
+                    assert "'a'" in text(r), text(r)
+                    # ...unless both name the same session.
+                    await run(a, "shared = 1", session="conv-7")
+                    r = await run(b, "shared + 1", session="conv-7")
+                    assert "Out" in text(r) and "2" in text(r), text(r)
+                    owners = {k["owner"] for k in
+                              (await a.call_tool("list_kernels", {})).structured_content["kernels"]}
+                    assert "conv-7" in owners and len(owners) >= 3, owners
+
+
+async def codemode(cellhost, data_dir, config):
+    params = StdioServerParameters(
+        command=cellhost,
+        args=["mcp", "--sandbox", "none", "--data-dir", data_dir, "--config", config],
+    )
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            listed = await s.list_tools()
+            desc = next(t for t in listed.tools if t.name == "execute_code").description
+            assert "tools.demo.add(*, a: integer, b: integer): Add two integers." in desc, desc
+            assert "tools.demo.crash()" in desc, desc
+
+            r = await run(s, "import tools\ntools.demo.add(a=2, b=3)")
+            assert "Out[1]: 5" in text(r), text(r)
+            assert r.structured_content["tool_calls_made"] == 1, r.structured_content
+            # A loop in one cell: ten calls, one round trip for the model.
+            r = await run(s, "sum(tools.demo.add(a=i, b=1) for i in range(10))")
+            assert "Out[2]: 55" in text(r), text(r)
+            r = await run(s, "tools.demo.shout(text='hi')")
+            assert "'HI'" in text(r), text(r)
+            r = await run(s, "tools.demo.fail(why='nope')")
+            assert r.is_error and "ToolError" in text(r) and "nope" in text(r), text(r)
+            # The per-cell budget (50) holds for downstream tools too.
+            r = await run(s, "n = 0\nfor i in range(60):\n    tools.demo.add(a=1, b=1)\n    n += 1")
+            assert r.is_error and "ToolError" in text(r), text(r)
+            r = await run(s, "n")
+            assert "50" in text(r), text(r)
+
+            # A crashed server is restarted; meanwhile calls fail clearly.
+            r = await run(s, "first = tools.demo.pid()\nfirst")
+            first = r.structured_content["value"]
+            r = await run(s, "tools.demo.crash()")
+            assert r.is_error, text(r)
+            r = await run(s, "tools.demo.pid()")
+            assert r.is_error and ("not running" in text(r) or "restart" in text(r)), text(r)
+            deadline = time.monotonic() + 20
+            while True:
+                r = await run(s, "tools.demo.pid()")
+                if not r.is_error:
+                    break
+                assert time.monotonic() < deadline, "not restarted: " + text(r)
+                await anyio.sleep(0.3)
+            assert r.structured_content["value"] != first, (first, r.structured_content)
+            r = await run(s, "tools.demo.add(a=20, b=22)")
+            assert "42" in text(r), text(r)
+
+
+def main():
+    scenario = sys.argv[1]
+    if scenario == "stdio":
+        anyio.run(stdio, sys.argv[2], sys.argv[3])
+    elif scenario == "http":
+        anyio.run(http, sys.argv[2], sys.argv[3])
+    elif scenario == "codemode":
+        anyio.run(codemode, sys.argv[2], sys.argv[3], sys.argv[4])
+    else:
+        raise SystemExit("unknown scenario " + scenario)
+    print("OK " + scenario)
+
+
+if __name__ == "__main__":
+    main()

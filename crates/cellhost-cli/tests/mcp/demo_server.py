@@ -1,0 +1,42 @@
+"""A downstream MCP server for code mode tests, built with the official
+Python SDK's MCPServer (formerly FastMCP). Runs on stdio."""
+
+import os
+
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("demo")
+
+
+@app.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@app.tool()
+def shout(text: str) -> str:
+    """Upper-case a text."""
+    return text.upper()
+
+
+@app.tool()
+def fail(why: str) -> str:
+    """Always fails with `why`."""
+    raise ValueError(why)
+
+
+@app.tool()
+def pid() -> int:
+    """This server's process id."""
+    return os.getpid()
+
+
+@app.tool()
+def crash() -> str:
+    """Exit the server at once (tests the restart)."""
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    app.run()

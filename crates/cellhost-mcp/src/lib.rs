@@ -1,0 +1,34 @@
+//! cellhost over the Model Context Protocol (the official Rust SDK, `rmcp`).
+//!
+//! Two halves:
+//!
+//! - **Server** ([`McpServer`]): the tools `execute_code`, `interrupt`,
+//!   `reset_session` and `list_kernels` over any MCP transport: stdio
+//!   ([`serve_stdio`], `cellhost mcp`) or streamable HTTP ([`http_service`],
+//!   the daemon's `/mcp`). The kernel owner is the MCP session (one client
+//!   connection), or the `session` a call names. Cancelling an
+//!   `execute_code` interrupts its cell; output lines stream as progress
+//!   notifications. Cells run through a [`CellRunner`], so the daemon can
+//!   record them in its history and metrics.
+//! - **Code mode** ([`Downstream`]): `[[mcp_servers]]` are started as MCP
+//!   clients and their tools become `tools.SERVER.TOOL(...)` in cells, under
+//!   each cell's allow-list and budget. A server that exits is restarted;
+//!   its calls fail with a clear error meanwhile.
+//!
+//! Modules: `server` (the handler and owners), `tools` (the tool
+//! definitions and their arguments), `render` (a cell result as text and
+//! images for a model), `progress` (output lines as notifications),
+//! `runner` (how a cell runs), `downstream` (code mode).
+
+mod downstream;
+mod progress;
+mod render;
+mod runner;
+mod server;
+mod tools;
+
+pub use downstream::{Downstream, DownstreamError};
+pub use render::render;
+pub use runner::{CellRunner, RunFuture};
+pub use server::{http_service, serve_stdio, HttpService, McpServer};
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,50 @@
+//! How an MCP call's cell runs: straight through the [`KernelManager`]
+//! (`cellhost mcp`), or through the daemon's path that also records
+//! history and metrics (`/mcp`).
+
+use std::future::Future;
+use std::pin::Pin;
+
+use cellhost::registry::{KernelManager, KernelSpec};
+use cellhost::{Cell, CellResult};
+
+/// A cell's result, or a message for the model saying what went wrong.
+pub type RunFuture = Pin<Box<dyn Future<Output = Result<CellResult, String>> + Send + 'static>>;
+
+/// Runs the cells of MCP calls.
+pub trait CellRunner: Send + Sync + 'static {
+    /// The manager the kernels live in (interrupts, resets, listing).
+    fn manager(&self) -> &KernelManager;
+    /// Run `cell` (whose source is `code`) in `owner`'s kernel. The
+    /// returned future must finish the cell even if it is dropped early
+    /// (spawn it), so a cell is never cut halfway by a client.
+    fn run(&self, owner: String, code: String, cell: Cell) -> RunFuture;
+}
+
+/// The kernel spec of MCP cells: every tool the manager has, like the
+/// daemon's default, so a session's kernel is the same one over HTTP and
+/// MCP.
+pub fn default_spec(manager: &KernelManager) -> KernelSpec {
+    KernelSpec::default().tools(manager.options().tools.names())
+}
+
+impl CellRunner for KernelManager {
+    fn manager(&self) -> &KernelManager {
+        self
+    }
+
+    fn run(&self, owner: String, _code: String, cell: Cell) -> RunFuture {
+        let manager = self.clone();
+        let task = tokio::spawn(async move {
+            let spec = default_spec(&manager);
+            manager
+                .execute_with(&owner, &spec, cell)
+                .await
+                .map_err(|e| e.to_string())
+        });
+        Box::pin(async move {
+            task.await
+                .unwrap_or_else(|e| Err(format!("the cell's task failed: {e}")))
+        })
+    }
+}

@@ -1,0 +1,329 @@
+//! The MCP server: one [`McpServer`] per client connection (stdio) or MCP
+//! session (streamable HTTP), sharing one kernel manager.
+//!
+//! Owners: a call's kernel belongs to its MCP session: over HTTP the
+//! `Mcp-Session-Id`, over stdio a random id made for the connection. A
+//! `session` argument names another owner explicitly (a conversation id
+//! that outlives the connection). When a connection ends, the kernels of
+//! its implicit owner are disposed; named sessions are left to the idle
+//! reaper. Only protocol versions with the `initialize` handshake are
+//! offered, so every client has a session to own its kernel.
+
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
+
+use cellhost::registry::{validate_owner, KernelManager};
+use cellhost::{Cell, CellEvent};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
+    Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData, ServerHandler, ServiceExt};
+
+use crate::progress;
+use crate::render;
+use crate::runner::CellRunner;
+use crate::tools::{self, ExecuteArgs, NoArgs, SessionArgs};
+
+/// The MCP handler for one connection or session.
+pub struct McpServer {
+    runner: Arc<dyn CellRunner>,
+    tools: Arc<Vec<Tool>>,
+    conn: Arc<Connection>,
+}
+
+impl Clone for McpServer {
+    fn clone(&self) -> Self {
+        McpServer {
+            runner: self.runner.clone(),
+            tools: self.tools.clone(),
+            conn: self.conn.clone(),
+        }
+    }
+}
+
+/// The implicit owner of one connection; its kernels go when it does.
+struct Connection {
+    /// Used when the transport has no session id (stdio).
+    fallback: String,
+    /// The implicit owner once a call used it.
+    used: OnceLock<String>,
+    manager: KernelManager,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        let Some(owner) = self.used.get().cloned() else {
+            return;
+        };
+        let manager = self.manager.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                manager.dispose_owner(&owner).await;
+            });
+        }
+    }
+}
+
+impl McpServer {
+    /// A handler for a new connection; `functions` are the code-mode
+    /// function lines for `execute_code`'s description (see
+    /// [`cellhost::ToolSet::signatures`]).
+    pub fn new(runner: Arc<dyn CellRunner>) -> McpServer {
+        let functions = runner.manager().options().tools.signatures();
+        let tools = Arc::new(tools::definitions(&functions));
+        let conn = Arc::new(Connection {
+            fallback: format!("mcp-{}", random_hex()),
+            used: OnceLock::new(),
+            manager: runner.manager().clone(),
+        });
+        McpServer {
+            runner,
+            tools,
+            conn,
+        }
+    }
+
+    /// A handler for another connection, sharing the tool list.
+    pub fn fresh(&self) -> McpServer {
+        let mut s = McpServer::new(self.runner.clone());
+        s.tools = self.tools.clone();
+        s
+    }
+
+    /// The owner a call acts for: `named`, else this session's.
+    fn owner(
+        &self,
+        named: Option<String>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<String, String> {
+        if let Some(name) = named {
+            validate_owner(&name).map_err(|e| e.to_string())?;
+            return Ok(name);
+        }
+        let from_http = ctx
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.headers.get("mcp-session-id"))
+            .and_then(|v| v.to_str().ok())
+            .filter(|id| validate_owner(id).is_ok())
+            .map(str::to_owned);
+        let owner = from_http.unwrap_or_else(|| self.conn.fallback.clone());
+        let _ = self.conn.used.set(owner.clone());
+        Ok(owner)
+    }
+
+    async fn execute(
+        &self,
+        args: ExecuteArgs,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, String> {
+        let timeout = args.timeout()?;
+        let owner = self.owner(args.session.clone(), &ctx)?;
+        let manager = self.runner.manager().clone();
+        if manager.is_shut_down() {
+            return Err("cellhost is shutting down; try again when it is back".to_owned());
+        }
+        let mut cell = Cell::new(args.code.clone()).reset(args.reset);
+        if let Some(t) = timeout {
+            cell = cell.timeout(t);
+        }
+        let forward = ctx.meta.get_progress_token().map(|token| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<CellEvent>();
+            cell = cell.clone().events(tx);
+            tokio::spawn(progress::forward(ctx.peer.clone(), token, rx))
+        });
+        let mut run = self.runner.run(owner.clone(), args.code, cell);
+        let result = tokio::select! {
+            r = &mut run => r,
+            () = ctx.ct.cancelled() => {
+                // The client gave up on this call: stop the cell, keep the
+                // kernel (it is killed only if it ignores the interrupt).
+                manager.interrupt(&owner).await;
+                run.await
+            }
+        };
+        if let Some(f) = forward {
+            let _ = f.await;
+        }
+        let r = result?;
+        let mut out = CallToolResult::success(render::content(&r));
+        out.structured_content = serde_json::to_value(&r).ok();
+        out.is_error = Some(!r.is_success());
+        Ok(out)
+    }
+
+    async fn interrupt(
+        &self,
+        args: SessionArgs,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, String> {
+        let owner = self.owner(args.session, &ctx)?;
+        let n = self.runner.manager().interrupt(&owner).await;
+        let text = if n == 0 {
+            format!("No cell was running in session {owner:?}; nothing to interrupt.")
+        } else {
+            format!(
+                "Interrupted the running cell of session {owner:?}; its kernel's state is kept."
+            )
+        };
+        Ok(structured(text, serde_json::json!({ "interrupted": n })))
+    }
+
+    async fn reset(
+        &self,
+        args: SessionArgs,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, String> {
+        let owner = self.owner(args.session, &ctx)?;
+        let n = self.runner.manager().dispose_owner(&owner).await;
+        let text = if n == 0 {
+            format!("Session {owner:?} had no kernel; the next execute_code starts a fresh one.")
+        } else {
+            format!(
+                "Discarded the kernel of session {owner:?} and all its state; the next \
+                 execute_code starts a fresh one."
+            )
+        };
+        Ok(structured(text, serde_json::json!({ "disposed": n })))
+    }
+
+    fn list(&self) -> CallToolResult {
+        let kernels = self.runner.manager().list();
+        let mut text = format!("{} live kernel(s)", kernels.len());
+        for k in &kernels {
+            let rss = k
+                .rss_bytes
+                .map(|b| format!(", {:.1} MB", b as f64 / 1e6))
+                .unwrap_or_default();
+            text.push_str(&format!(
+                "\n- {}: {:?}, {} cell(s), idle {:.0} s, backend {}{rss}",
+                k.owner, k.state, k.execution_count, k.idle_seconds, k.backend
+            ));
+        }
+        structured(text, serde_json::json!({ "kernels": kernels }))
+    }
+
+    async fn dispatch(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, String> {
+        let args = request.arguments;
+        match request.name.as_ref() {
+            tools::EXECUTE => {
+                let a = tools::parse_required::<ExecuteArgs>(tools::EXECUTE, args)?;
+                self.execute(a, ctx).await
+            }
+            tools::INTERRUPT => {
+                let a = tools::parse::<SessionArgs>(tools::INTERRUPT, args)?;
+                self.interrupt(a, ctx).await
+            }
+            tools::RESET => {
+                let a = tools::parse::<SessionArgs>(tools::RESET, args)?;
+                self.reset(a, ctx).await
+            }
+            tools::LIST => {
+                tools::parse::<NoArgs>(tools::LIST, args)?;
+                Ok(self.list())
+            }
+            other => Err(format!(
+                "unknown tool {other:?}; cellhost offers execute_code, interrupt, reset_session \
+                 and list_kernels"
+            )),
+        }
+    }
+}
+
+fn structured(text: String, value: serde_json::Value) -> CallToolResult {
+    let mut out = CallToolResult::success(vec![ContentBlock::text(text)]);
+    out.structured_content = Some(value);
+    out
+}
+
+fn random_hex() -> String {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        b = ((t as u64) ^ u64::from(std::process::id())).to_le_bytes();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+            .with_server_info(Implementation::new("cellhost", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "cellhost runs Python in a persistent kernel per conversation. Call \
+                 execute_code; state persists between calls until reset_session.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        // Sessions own kernels: only the versions that have one.
+        Cow::Borrowed(ProtocolVersion::known_up_to(
+            &ProtocolVersion::LATEST_WITH_INITIALIZE,
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _ctx: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // Errors a model should read are tool results, not protocol errors.
+        Ok(match self.dispatch(request, ctx).await {
+            Ok(r) => r.into(),
+            Err(message) => CallToolResult::error(vec![ContentBlock::text(message)]).into(),
+        })
+    }
+}
+
+/// Serve MCP over this process's stdin/stdout until the client hangs up.
+///
+/// # Errors
+/// When the connection cannot be set up (the client never initialized).
+pub async fn serve_stdio(server: McpServer) -> Result<(), String> {
+    let running = server
+        .serve(rmcp::transport::io::stdio_pipes())
+        .await
+        .map_err(|e| format!("the MCP client did not initialize: {e}"))?;
+    let _ = running.waiting().await;
+    Ok(())
+}
+
+/// The tower service that serves MCP over streamable HTTP.
+pub type HttpService = rmcp::transport::StreamableHttpService<
+    McpServer,
+    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
+>;
+
+/// The streamable HTTP service for `/mcp`: a fresh [`McpServer`] (and
+/// implicit owner) per MCP session. Host and Origin checks are the
+/// caller's (the daemon's guard), so rmcp's own are off.
+pub fn http_service(server: McpServer, cancel: tokio_util::sync::CancellationToken) -> HttpService {
+    use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+    let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .disable_allowed_origins()
+        .with_cancellation_token(cancel);
+    rmcp::transport::StreamableHttpService::new(move || Ok(server.fresh()), Arc::default(), config)
+}

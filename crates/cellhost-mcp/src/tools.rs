@@ -1,0 +1,201 @@
+//! The MCP tools cellhost offers and their arguments.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{JsonObject, Tool, ToolAnnotations};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+pub(crate) const EXECUTE: &str = "execute_code";
+pub(crate) const INTERRUPT: &str = "interrupt";
+pub(crate) const RESET: &str = "reset_session";
+pub(crate) const LIST: &str = "list_kernels";
+
+/// Longest timeout a call may ask for (one day).
+const MAX_TIMEOUT_SECONDS: f64 = 86_400.0;
+
+const EXECUTE_DESCRIPTION: &str = "Run Python code in a persistent kernel that belongs to this \
+conversation: variables, imports, functions and files persist from call to call (like a \
+Jupyter notebook). Returns what was printed (also by C code and subprocesses), the value of \
+the last expression, the error with a short traceback, images as image content, and a plain \
+sentence whenever the kernel's state was reset or lost. A cell that runs past `timeout` is \
+interrupted (state kept) and killed only if it does not stop. Use `reset: true` to start \
+from a fresh kernel.";
+
+/// `execute_code`'s arguments.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ExecuteArgs {
+    pub code: String,
+    #[serde(default)]
+    pub reset: bool,
+    #[serde(default)]
+    pub timeout: Option<f64>,
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+impl ExecuteArgs {
+    pub fn timeout(&self) -> Result<Option<Duration>, String> {
+        match self.timeout {
+            None => Ok(None),
+            Some(t) if t > 0.0 && t.is_finite() && t <= MAX_TIMEOUT_SECONDS => {
+                Ok(Some(Duration::from_secs_f64(t)))
+            }
+            Some(t) => Err(format!(
+                "timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS}, not {t}"
+            )),
+        }
+    }
+}
+
+/// The arguments of `interrupt` and `reset_session`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SessionArgs {
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+/// `list_kernels` takes none.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct NoArgs {}
+
+/// Parse a call's arguments, with an error that says what to send.
+pub(crate) fn parse<T: for<'de> Deserialize<'de> + Default>(
+    tool: &str,
+    args: Option<JsonObject>,
+) -> Result<T, String> {
+    match args {
+        None => Ok(T::default()),
+        Some(map) => parse_required(tool, Some(map)),
+    }
+}
+
+pub(crate) fn parse_required<T: for<'de> Deserialize<'de>>(
+    tool: &str,
+    args: Option<JsonObject>,
+) -> Result<T, String> {
+    let value = Value::Object(args.unwrap_or_default());
+    serde_json::from_value(value)
+        .map_err(|e| format!("bad arguments for {tool}: {e}; see the tool's input schema"))
+}
+
+const SESSION_PROP: &str = "Run in this named session's kernel instead of this connection's \
+(a stable id such as a conversation id; it outlives the connection).";
+
+/// The four tools; `functions` are the code-mode functions a cell may call
+/// (one line each), listed in `execute_code`'s description.
+pub(crate) fn definitions(functions: &[String]) -> Vec<Tool> {
+    let mut description = EXECUTE_DESCRIPTION.to_owned();
+    if !functions.is_empty() {
+        description.push_str(
+            "\n\nThe cell can call these tools as Python functions from the `tools` module \
+             (`import tools`; keyword arguments only; errors raise tools.ToolError; at most 50 \
+             calls per cell):\n",
+        );
+        for f in functions {
+            description.push_str("- ");
+            description.push_str(f);
+            description.push('\n');
+        }
+    }
+    let session = json!({"type": "string", "description": SESSION_PROP});
+    vec![
+        tool(
+            EXECUTE,
+            description,
+            json!({
+                "type": "object",
+                "properties": {
+                    "code": {"type": "string", "description": "Python source to run."},
+                    "reset": {"type": "boolean", "description": "Restart the kernel (discarding all state) before running.", "default": false},
+                    "timeout": {"type": "number", "description": "Seconds before the cell is interrupted (default 60)."},
+                    "session": session,
+                },
+                "required": ["code"],
+                "additionalProperties": false,
+            }),
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(false)
+                .open_world(true),
+        ),
+        tool(
+            INTERRUPT,
+            "Interrupt the cell running in this conversation's kernel (like Ctrl-C): it ends \
+             with KeyboardInterrupt and the kernel's state is kept."
+                .to_owned(),
+            json!({"type": "object", "properties": {"session": session}, "additionalProperties": false}),
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(false)
+                .idempotent(true),
+        ),
+        tool(
+            RESET,
+            "Discard this conversation's kernel and all its state (variables, imports); the \
+             next execute_code starts a fresh one."
+                .to_owned(),
+            json!({"type": "object", "properties": {"session": session}, "additionalProperties": false}),
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(true)
+                .idempotent(true),
+        ),
+        tool(
+            LIST,
+            "List the live kernels of this cellhost: owner, state, idle time, memory, cells run."
+                .to_owned(),
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+            ToolAnnotations::new().read_only(true),
+        ),
+    ]
+}
+
+fn tool(name: &'static str, description: String, schema: Value, notes: ToolAnnotations) -> Tool {
+    let schema: JsonObject = match schema {
+        Value::Object(m) => m,
+        _ => JsonObject::new(),
+    };
+    Tool::new(name, description, Arc::new(schema)).with_annotations(notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn execute_lists_the_code_mode_functions() {
+        let defs = definitions(&["tools.fs.read(*, path: string): Read a file.".to_owned()]);
+        let names: Vec<&str> = defs.iter().map(|t| t.name.as_ref()).collect();
+        assert_eq!(names, [EXECUTE, INTERRUPT, RESET, LIST]);
+        let d = defs[0].description.as_deref().unwrap();
+        assert!(
+            d.contains("- tools.fs.read(*, path: string): Read a file."),
+            "{d}"
+        );
+        let plain = definitions(&[]);
+        assert!(!plain[0]
+            .description
+            .as_deref()
+            .unwrap()
+            .contains("tools module"));
+    }
+
+    #[test]
+    fn bad_arguments_say_what_was_wrong() {
+        let mut m = JsonObject::new();
+        m.insert("cod".into(), json!("1"));
+        let e = parse_required::<ExecuteArgs>(EXECUTE, Some(m)).unwrap_err();
+        assert!(e.contains("cod") && e.contains("execute_code"), "{e}");
+        let mut m = JsonObject::new();
+        m.insert("code".into(), json!("1"));
+        m.insert("timeout".into(), json!(-1));
+        let a = parse_required::<ExecuteArgs>(EXECUTE, Some(m)).unwrap();
+        assert!(a.timeout().unwrap_err().contains("above 0"));
+        assert!(parse::<NoArgs>(LIST, None).is_ok());
+    }
+}

@@ -1,0 +1,49 @@
+//! `/mcp`: the MCP server over streamable HTTP, behind the same auth and
+//! guards as the API. Cells run through the daemon's own path, so they
+//! are counted in the metrics, recorded in the history (as the MCP
+//! session's) and waited for at shutdown.
+
+use std::sync::Arc;
+
+use cellhost::registry::KernelManager;
+use cellhost::Cell;
+use cellhost_mcp::{CellRunner, McpServer, RunFuture};
+
+use crate::execute::{spawn_cell, ExecuteRequest};
+use crate::AppState;
+
+struct DaemonRunner(AppState);
+
+impl CellRunner for DaemonRunner {
+    fn manager(&self) -> &KernelManager {
+        &self.0.manager
+    }
+
+    fn run(&self, owner: String, code: String, cell: Cell) -> RunFuture {
+        let req = ExecuteRequest {
+            code,
+            timeout: None,
+            reset: false,
+            child: None,
+            tools: None,
+            max_tool_calls: None,
+            backend: None,
+        };
+        let result = spawn_cell(&self.0, owner.clone(), owner, req, cell);
+        Box::pin(async move {
+            match result.await {
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(e)) => Err(e.message),
+                Err(_) => {
+                    Err("the cell's task ended without a result; see the server's log".into())
+                }
+            }
+        })
+    }
+}
+
+/// The `/mcp` service for this daemon.
+pub(crate) fn service(state: &AppState) -> cellhost_mcp::HttpService {
+    let server = McpServer::new(Arc::new(DaemonRunner(state.clone())));
+    cellhost_mcp::http_service(server, state.mcp_stop.clone())
+}
