@@ -120,3 +120,96 @@ fn streamable_http_endpoint_with_the_python_sdk() {
     scenario(&["http", &format!("{url}/mcp"), "mcp-test-token"]);
     drop(daemon);
 }
+
+/// Alive and not a zombie.
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+/// SIGKILL `cellhost mcp` mid-session (the official Rust SDK is the
+/// client here): its kernel and its downstream server die with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_host_leaves_no_kernel_or_downstream_server_behind() {
+    use rmcp::model::CallToolRequestParams;
+    use rmcp::ServiceExt;
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("cellhost.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mcp_servers]]\nname = \"demo\"\ncommand = {:?}\nargs = [{:?}]\n",
+            venv_python().display().to_string(),
+            script("demo_server.py").display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cellhost"));
+    cmd.args(["mcp", "--sandbox", "none", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(data.path().join("data"));
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).unwrap();
+    let host = transport.id().unwrap() as i32;
+    let client = ().serve(transport).await.unwrap();
+    let mut args = serde_json::Map::new();
+    args.insert(
+        "code".into(),
+        "import os, tools\nf'{os.getpid()} {tools.demo.pid()}'".into(),
+    );
+    let r = client
+        .call_tool(CallToolRequestParams::new("execute_code").with_arguments(args))
+        .await
+        .unwrap();
+    let value = r.structured_content.unwrap()["value"]
+        .as_str()
+        .unwrap()
+        .trim_matches('\'')
+        .to_owned();
+    let pids: Vec<i32> = value.split(' ').map(|p| p.parse().unwrap()).collect();
+    assert!(pids.iter().all(|&p| alive(p)), "{pids:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(host),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still alive 10 s after the host was killed: {:?}",
+            pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A downstream server that cannot start stops `cellhost mcp` at once
+/// with a line naming it (exit 2), before any client talks to it.
+#[test]
+fn a_downstream_server_that_cannot_start_is_named() {
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("cellhost.toml");
+    std::fs::write(
+        &config,
+        "[[mcp_servers]]\nname = \"ghost\"\ncommand = \"/nonexistent/mcp-server\"\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args(["mcp", "--sandbox", "none", "--config"])
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(data.path().join("data"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("[[mcp_servers]] \"ghost\"") && stderr.contains("cannot start"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "stdout is the protocol's only");
+}

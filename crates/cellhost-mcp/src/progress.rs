@@ -12,6 +12,8 @@ use rmcp::service::{Peer, RoleServer};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 const BATCH: Duration = Duration::from_millis(50);
+/// How long the reply waits for the last notification once the cell ended.
+pub(crate) const DRAIN: Duration = Duration::from_millis(250);
 const MAX_MESSAGE: usize = 16 * 1024;
 
 /// Forward `events` until the cell drops its sender.

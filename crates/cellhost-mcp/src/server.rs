@@ -145,8 +145,12 @@ impl McpServer {
                 run.await
             }
         };
-        if let Some(f) = forward {
-            let _ = f.await;
+        if let Some(mut f) = forward {
+            // The last lines go out before the result; a sender the cell
+            // still holds (one that never ran) must not hold the reply.
+            if tokio::time::timeout(progress::DRAIN, &mut f).await.is_err() {
+                f.abort();
+            }
         }
         let r = result?;
         let mut out = CallToolResult::success(render::content(&r));

@@ -45,6 +45,13 @@ async def check_basics(s):
     assert r.is_error and "ZeroDivisionError" in text(r), text(r)
     assert "state is kept" in text(r), text(r)
 
+    # An image display arrives as MCP image content.
+    png = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+    r = await run(s, "display({'image/png': %r}, raw=True)" % png)
+    images = [c for c in r.content if getattr(c, "type", "") == "image"]
+    assert len(images) == 1 and images[0].mime_type == "image/png", r.content
+    assert "image/png, attached" in text(r), text(r)
+
     # A timeout interrupts and keeps state.
     r = await run(s, "import time\ny = 5\ntime.sleep(30)", timeout=1)
     assert r.structured_content["status"] == "timeout", r.structured_content
