@@ -3,7 +3,7 @@
 //!
 //! Every cell runs in its own task, so a client that hangs up never
 //! cancels it halfway: it still finishes, is counted and lands in the
-//! history.
+//! history. A result is sent only after its history row has committed.
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
@@ -253,14 +253,17 @@ async fn run_cell(
     match &result {
         Ok(r) => {
             state.metrics.record(r);
+            // Answer only once the row has committed: a cell the client
+            // saw is in the history even if the daemon is SIGKILLed next.
             if let Some(h) = &state.history {
-                h.record(HistoryEntry::of(
+                h.record_committed(HistoryEntry::of(
                     &session,
                     req.child.as_deref(),
                     &req.code,
                     started_at,
                     r,
-                ));
+                ))
+                .await;
             }
         }
         Err(_) => state.metrics.failed(),
