@@ -74,6 +74,10 @@ pub struct AppState {
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// Cells running now (graceful shutdown waits for them).
     pub(crate) in_flight: Arc<AtomicUsize>,
+    /// Owners with cells in the history from an earlier daemon process and
+    /// none yet under this one: their first cell here says their state
+    /// was lost (the old daemon's kernels are gone, crashed or stopped).
+    pub(crate) previous: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl AppState {
@@ -82,12 +86,17 @@ impl AppState {
         history: Option<Arc<History>>,
         options: ServerOptions,
     ) -> AppState {
+        let previous = history
+            .as_deref()
+            .map(execute::previous_owners)
+            .unwrap_or_default();
         AppState {
             manager,
             history,
             options: Arc::new(options),
             metrics: Arc::default(),
             in_flight: Arc::default(),
+            previous: Arc::new(std::sync::Mutex::new(previous)),
         }
     }
 }

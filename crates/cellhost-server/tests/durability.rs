@@ -44,3 +44,28 @@ async fn a_streamed_cell_is_committed_before_its_result_event() {
     }
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_sessions_first_cell_after_a_daemon_restart_says_its_state_was_lost() {
+    use cellhost_server::ServerOptions;
+    let s = server().await;
+    s.exec("r", "x = 1").await;
+    let child = serde_json::json!({"code": "y = 1", "child": "w"}).to_string();
+    assert_eq!(
+        s.post("/v1/sessions/r/execute", &child).await.0,
+        StatusCode::OK
+    );
+    s.state.manager.shutdown().await;
+    s.state.history.as_ref().unwrap().close();
+    let s = common::server_in(s.dir, ServerOptions::default(), 8).await;
+    let first = s.exec("r", "x = 2").await;
+    assert_eq!(first["kernel"]["state_lost"], true, "{first}");
+    let note = first["kernel"]["note"].as_str().unwrap();
+    assert!(note.contains("daemon restarted"), "{note}");
+    let (_, c) = s.post("/v1/sessions/r/execute", &child).await;
+    assert_eq!(c["kernel"]["state_lost"], true, "the child too: {c}");
+    // Told once; a session the old daemon never saw is told nothing.
+    assert_eq!(s.exec("r", "x").await["kernel"]["state_lost"], false);
+    assert_eq!(s.exec("new", "1").await["kernel"]["state_lost"], false);
+    s.shutdown().await;
+}

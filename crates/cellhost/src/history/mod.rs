@@ -286,6 +286,14 @@ impl History {
         store::query(&self.path, Some(session), limit)
     }
 
+    /// Every `(session, child)` with at least one recorded cell. Blocking.
+    ///
+    /// # Errors
+    /// [`HistoryError::Sqlite`] when the database cannot be read.
+    pub fn owners(&self) -> Result<Vec<(String, Option<String>)>, HistoryError> {
+        store::owners(&self.path)
+    }
+
     /// The last `limit` cells of every session, oldest first. Blocking.
     ///
     /// # Errors

@@ -202,18 +202,36 @@ fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result
     tx.commit()
 }
 
+fn reader(path: &Path) -> Result<Connection, HistoryError> {
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sqlite("read the history database", path))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(sqlite("read the history database", path))?;
+    Ok(conn)
+}
+
+pub(super) fn owners(path: &Path) -> Result<Vec<(String, Option<String>)>, HistoryError> {
+    let err = || sqlite("read the history database", path);
+    let conn = reader(path)?;
+    let mut stmt = conn
+        .prepare("SELECT DISTINCT session, child FROM cells")
+        .map_err(err())?;
+    let it = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(err())?;
+    it.collect::<Result<_, _>>().map_err(err())
+}
+
 pub(super) fn query(
     path: &Path,
     session: Option<&str>,
     limit: usize,
 ) -> Result<Vec<HistoryEntry>, HistoryError> {
     let err = || sqlite("read the history database", path);
-    let conn = Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(err())?;
-    conn.busy_timeout(Duration::from_secs(5)).map_err(err())?;
+    let conn = reader(path)?;
     let cols = "id, session, child, code, status, stdout, stderr, value, error, started_at,
                 duration_seconds, execution_count, kernel_id, tool_calls_made, state_reset,
                 state_lost, note";
