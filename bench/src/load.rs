@@ -164,7 +164,10 @@ fn client(addr: std::net::SocketAddr, i: usize, end: Instant, tally: &Mutex<Tall
         let r = c.post(&path, &json!({"code": format!("# {id}\ni += 1\ni")}));
         let d = t.elapsed();
         match r {
-            Ok((200, v)) if v["status"] == "success" && v["value"] == seq.to_string() => {
+            Ok((200, v))
+                if v["status"] == "success"
+                    && v["value"].as_str() == Some(seq.to_string().as_str()) =>
+            {
                 lat.push(d);
                 acked.push(id);
             }
