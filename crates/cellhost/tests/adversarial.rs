@@ -62,7 +62,7 @@ async fn a_kernel_that_stops_itself_is_killed_at_the_timeout_and_says_so() {
 #[tokio::test]
 async fn a_daemonized_grandchild_dies_with_its_kernel() {
     let k = kernel().await;
-    let code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        open('gc.pid', 'w').write(str(os.getpid()))\n        time.sleep(120)\n    os._exit(0)\nwhile not os.path.exists('gc.pid') or not open('gc.pid').read():\n    time.sleep(0.01)\nint(open('gc.pid').read())";
+    let code = "import os, time, tempfile\np = tempfile.mktemp(suffix='.pid')\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        open(p, 'w').write(str(os.getpid()))\n        time.sleep(120)\n    os._exit(0)\nwhile not os.path.exists(p) or not open(p).read():\n    time.sleep(0.01)\ngc = int(open(p).read())\nos.remove(p)\ngc";
     let r = k.run(code).await;
     assert_eq!(r.status, Status::Success, "{:?}", r.error);
     let pid: u32 = r.value.unwrap().parse().unwrap();
