@@ -17,7 +17,6 @@ mod procfs;
 #[path = "reliability/mod.rs"]
 mod reliability;
 
-use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -156,22 +155,9 @@ fn run(o: &Opts, setup: &DaemonSetup) -> Result<(Value, bool)> {
         let _ = t.join();
     }
     // Every answered cell must be in the history.
-    let history = cellhost::history::History::open(
-        &setup.data_dir().join("history.sqlite"),
-        &cellhost::config::HistoryConfig::default(),
-        [],
-    )?;
-    let rows = history.recent(usize::MAX)?;
-    history.close();
-    let recorded: HashSet<&str> = rows
-        .iter()
-        .filter_map(|r| r.code.lines().next()?.strip_prefix("# "))
-        .collect();
+    let (recorded, history_rows) = reliability::history_ids(&setup.data_dir())?;
     let acked = shared.acked.lock().unwrap().clone();
-    let lost: Vec<&String> = acked
-        .iter()
-        .filter(|id| !recorded.contains(id.as_str()))
-        .collect();
+    let lost: Vec<&String> = acked.iter().filter(|id| !recorded.contains(*id)).collect();
     let staging = setup.staging_left();
     let lies = shared.lies.lock().unwrap().clone();
     let orphans: usize = lives.iter().map(|l| l.orphans.len()).sum();
@@ -215,7 +201,7 @@ fn run(o: &Opts, setup: &DaemonSetup) -> Result<(Value, bool)> {
         "kernel_spawns": lives.iter().map(|l| l.spawns).sum::<u64>(),
         "untruthful_answers": lies.len(),
         "orphans_found": orphans,
-        "history_rows": rows.len(),
+        "history_rows": history_rows,
         "history_rows_lost": lost.len(),
         "staging_dirs_left": staging.len(),
         "fd_checkpoints": lives.iter().map(|l| json!(l.fds.iter().map(|(f, k)| json!({"fds": f, "kernels": k})).collect::<Vec<_>>())).collect::<Vec<_>>(),

@@ -16,7 +16,6 @@ mod reliability;
 #[path = "stats.rs"]
 mod stats;
 
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -44,8 +43,12 @@ fn main() -> Result<()> {
         }
     }
     let bin = reliability::cellhost_bin(bin)?;
-    // Every client keeps its kernel: the cap is above the client count.
-    let config = format!("[lifecycle]\nmax_kernels = {}\n", clients + 8);
+    // Every client keeps its kernel: the cap is above the client count;
+    // history retention off, so every answered row must still be there.
+    let config = format!(
+        "[lifecycle]\nmax_kernels = {}\n[history]\nmax_rows = 0\n",
+        clients + 8
+    );
     let setup = DaemonSetup::new(bin, &sandbox, &config)?;
     let r = run(&setup, clients, Duration::from_secs(seconds), &sandbox);
     setup.remove();
@@ -114,23 +117,9 @@ fn run(
     let rss_after = daemon.rss_kib();
     let fds = daemon.fd_count();
     let code = daemon.stop()?;
-    let history = cellhost::history::History::open(
-        &setup.data_dir().join("history.sqlite"),
-        &cellhost::config::HistoryConfig::default(),
-        [],
-    )?;
-    let rows = history.recent(usize::MAX)?;
-    history.close();
-    let recorded: HashSet<&str> = rows
-        .iter()
-        .filter_map(|r| r.code.lines().next()?.strip_prefix("# "))
-        .collect();
+    let (recorded, history_rows) = reliability::history_ids(&setup.data_dir())?;
     let t = tally.lock().unwrap();
-    let lost = t
-        .acked
-        .iter()
-        .filter(|id| !recorded.contains(id.as_str()))
-        .count();
+    let lost = t.acked.iter().filter(|id| !recorded.contains(*id)).count();
     let s = stats::Summary::of(&t.latencies).context("no cell was answered")?;
     let mut errors: Vec<String> = t.errors.iter().take(10).cloned().collect();
     if code != Some(0) {
@@ -146,6 +135,7 @@ fn run(
         "latency_ms": s.scaled(1e-3).to_json(),
         "errors": t.errors.len() + usize::from(code != Some(0)),
         "error_samples": errors,
+        "history_rows": history_rows,
         "history_rows_lost": lost,
         "daemon_rss_mib": {"before": rss_before / 1024, "after": rss_after / 1024},
         "daemon_fds_at_end": fds,

@@ -40,3 +40,24 @@ pub fn metric(text: &str, name: &str) -> u64 {
         })
         .map_or(0, |v| v as u64)
 }
+
+/// The ids (first line `# <id>`) of every cell in the history at
+/// `data_dir`, and the row count. Opened without retention, so reading
+/// prunes nothing.
+pub fn history_ids(
+    data_dir: &std::path::Path,
+) -> Result<(std::collections::HashSet<String>, usize)> {
+    let config = cellhost::config::HistoryConfig {
+        max_rows: 0,
+        max_days: 0,
+        ..Default::default()
+    };
+    let history = cellhost::history::History::open(&data_dir.join("history.sqlite"), &config, [])?;
+    let rows = history.recent(usize::MAX)?;
+    history.close();
+    let ids = rows
+        .iter()
+        .filter_map(|r| Some(r.code.lines().next()?.strip_prefix("# ")?.to_owned()))
+        .collect();
+    Ok((ids, rows.len()))
+}
