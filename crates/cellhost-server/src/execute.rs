@@ -3,8 +3,9 @@
 //!
 //! Every cell runs in its own task, so a client that hangs up never
 //! cancels it halfway: it still finishes, is counted and lands in the
-//! history.
+//! history. A result is sent only after its history row has committed.
 
+use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
@@ -266,27 +267,73 @@ async fn run_cell(
     _in_flight: InFlight,
 ) {
     let started_at = unix_now();
-    let result = state
+    let mut result = state
         .manager
         .execute_with(&owner, &req.spec(&state.manager.options().tools), cell)
         .await
         .map_err(ApiError::from);
+    if let Ok(r) = &mut result {
+        tell_restart(&state, &owner, r);
+    }
     match &result {
         Ok(r) => {
             state.metrics.record(r);
+            // Answer only once the row has committed: a cell the client
+            // saw is in the history even if the daemon is SIGKILLed next.
             if let Some(h) = &state.history {
-                h.record(HistoryEntry::of(
+                h.record_committed(HistoryEntry::of(
                     &session,
                     req.child.as_deref(),
                     &req.code,
                     started_at,
                     r,
-                ));
+                ))
+                .await;
             }
         }
         Err(_) => state.metrics.failed(),
     }
     let _ = done.send(result);
+}
+
+/// Owners (sessions and `{session}::child::{child}`) with recorded cells.
+pub(crate) fn previous_owners(h: &cellhost::history::History) -> HashSet<String> {
+    match h.owners() {
+        Ok(owners) => owners
+            .into_iter()
+            .filter_map(|(s, c)| match c {
+                Some(c) => child_owner(&s, &c).ok(),
+                None => Some(s),
+            })
+            .collect(),
+        Err(e) => {
+            eprintln!(
+                "cellhost: cannot tell sessions of an earlier daemon that their state is gone: {e}"
+            );
+            HashSet::new()
+        }
+    }
+}
+
+/// The first cell an owner of an earlier daemon process runs here got a
+/// fresh kernel: say its state was lost, unless the result already says
+/// why it is fresh (a reset, an eviction).
+fn tell_restart(state: &AppState, owner: &str, r: &mut CellResult) {
+    let was_previous = state
+        .previous
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .remove(owner);
+    if !was_previous || r.kernel.reused || r.kernel.state_lost || r.kernel.state_reset {
+        return;
+    }
+    r.kernel.state_lost = true;
+    let sentence = "State lost: the daemon restarted since this session's last cell, and its \
+                    kernels with it; this is a fresh kernel, so re-run setup cells.";
+    r.kernel.note = Some(match r.kernel.note.take() {
+        Some(n) if !n.is_empty() => format!("{sentence} {n}"),
+        _ => sentence.to_owned(),
+    });
 }
 
 /// One cell counted in `AppState::in_flight` until dropped (recorded).

@@ -77,6 +77,10 @@ pub struct AppState {
     pub(crate) in_flight: Arc<AtomicUsize>,
     /// Ends every `/mcp` session at shutdown.
     pub(crate) mcp_stop: cellhost_mcp::CancellationToken,
+    /// Owners with cells in the history from an earlier daemon process and
+    /// none yet under this one: their first cell here says their state
+    /// was lost (the old daemon's kernels are gone, crashed or stopped).
+    pub(crate) previous: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 impl AppState {
@@ -85,6 +89,10 @@ impl AppState {
         history: Option<Arc<History>>,
         options: ServerOptions,
     ) -> AppState {
+        let previous = history
+            .as_deref()
+            .map(execute::previous_owners)
+            .unwrap_or_default();
         AppState {
             manager,
             history,
@@ -92,6 +100,7 @@ impl AppState {
             metrics: Arc::default(),
             in_flight: Arc::default(),
             mcp_stop: cellhost_mcp::CancellationToken::new(),
+            previous: Arc::new(std::sync::Mutex::new(previous)),
         }
     }
 }

@@ -49,7 +49,16 @@ pub async fn server() -> TestServer {
 }
 
 pub async fn server_with(options: ServerOptions, max_kernels: usize) -> TestServer {
-    let dir = tempfile::tempdir().unwrap();
+    server_in(tempfile::tempdir().unwrap(), options, max_kernels).await
+}
+
+/// A server on `dir`'s data and history (a restarted daemon finds its
+/// predecessor's history there).
+pub async fn server_in(
+    dir: tempfile::TempDir,
+    options: ServerOptions,
+    max_kernels: usize,
+) -> TestServer {
     let kernel = KernelOptions::default()
         .runtime_dir(dir.path().join("run"))
         .interrupt_grace(Duration::from_millis(1500));

@@ -6,7 +6,11 @@
 //!
 //! Writes never block the caller: [`History::record`] hands the row to a
 //! dedicated writer thread that owns the write connection and commits in
-//! batches. Reads ([`History::session`], [`History::recent`]) open their
+//! batches. [`History::record_committed`] does the same and returns a
+//! [`Committed`] that resolves once the row's transaction has committed:
+//! the daemon answers a cell only then, so a cell it acknowledged is in
+//! the history even if the daemon is SIGKILLed right after (in WAL mode a
+//! commit survives the process; only an OS crash can lose the last ones). Reads ([`History::session`], [`History::recent`]) open their
 //! own connection (WAL lets them run beside the writer); call them from
 //! `spawn_blocking` in async code. Retention (`[history] max_rows`,
 //! `max_days`) is applied at open and every [`PRUNE_EVERY`] rows.
@@ -109,8 +113,31 @@ pub enum HistoryError {
 }
 
 enum Msg {
-    Row(Box<HistoryEntry>),
+    /// A row, and who waits for its commit (`true`: committed).
+    Row(
+        Box<HistoryEntry>,
+        Option<tokio::sync::oneshot::Sender<bool>>,
+    ),
     Flush(mpsc::Sender<()>),
+}
+
+/// Resolves once a row from [`History::record_committed`] has committed
+/// (`true`), or could not be (`false`: the insert failed or the writer
+/// has stopped; the writer's log says why).
+#[derive(Debug)]
+pub struct Committed(tokio::sync::oneshot::Receiver<bool>);
+
+impl std::future::Future for Committed {
+    type Output = bool;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<bool> {
+        std::pin::Pin::new(&mut self.0)
+            .poll(cx)
+            .map(|r| r.unwrap_or(false))
+    }
 }
 
 /// The history store. Cheap to share behind an `Arc`.
@@ -207,10 +234,24 @@ impl History {
 
     /// Queue a row for writing. Never blocks; rows recorded after
     /// [`History::close`] are dropped.
-    pub fn record(&self, mut entry: HistoryEntry) {
+    pub fn record(&self, entry: HistoryEntry) {
+        self.send_row(entry, None);
+    }
+
+    /// Queue a row for writing and return a future that resolves once it
+    /// has committed. The writer commits such a row at once (with whatever
+    /// else is queued) instead of lingering for a batch.
+    pub fn record_committed(&self, entry: HistoryEntry) -> Committed {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.send_row(entry, Some(tx));
+        Committed(rx)
+    }
+
+    fn send_row(&self, mut entry: HistoryEntry, done: Option<tokio::sync::oneshot::Sender<bool>>) {
         entry.code = self.cleaner.redact(&entry.code);
         if let Some(tx) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            let _ = tx.send(Msg::Row(Box::new(entry)));
+            // A closed writer drops `done`, which resolves the wait as false.
+            let _ = tx.send(Msg::Row(Box::new(entry), done));
         }
     }
 
@@ -243,6 +284,14 @@ impl History {
     /// [`HistoryError::Sqlite`] when the database cannot be read.
     pub fn session(&self, session: &str, limit: usize) -> Result<Vec<HistoryEntry>, HistoryError> {
         store::query(&self.path, Some(session), limit)
+    }
+
+    /// Every `(session, child)` with at least one recorded cell. Blocking.
+    ///
+    /// # Errors
+    /// [`HistoryError::Sqlite`] when the database cannot be read.
+    pub fn owners(&self) -> Result<Vec<(String, Option<String>)>, HistoryError> {
+        store::owners(&self.path)
     }
 
     /// The last `limit` cells of every session, oldest first. Blocking.

@@ -37,8 +37,10 @@ CREATE INDEX IF NOT EXISTS cells_started ON cells(started_at);
 /// Most rows a writer commits in one transaction.
 const BATCH: usize = 256;
 
-/// How long the writer waits for more rows before committing a batch
-/// (rows of a SIGKILLed daemon younger than this are lost).
+/// How long the writer waits for more rows before committing a batch of
+/// rows nobody waits for ([`super::History::record`]; such rows of a
+/// SIGKILLed daemon younger than this are lost). A row someone waits for
+/// commits at once.
 const LINGER: Duration = Duration::from_millis(5);
 
 pub(super) struct Retention {
@@ -111,35 +113,48 @@ pub(super) fn writer(mut conn: Connection, rx: mpsc::Receiver<Msg>, r: Retention
         // Linger a little so a busy daemon commits many rows at once
         // instead of waking and committing per cell; a flush (or the
         // senders going away) commits at once.
+        // A row someone waits for is like a flush: what is queued already
+        // goes with it, nothing more is waited for (rows arriving during
+        // the commit form the next batch).
         let deadline = Instant::now() + LINGER;
-        let mut flushing = matches!(first, Msg::Flush(_));
+        let urgent = |m: &Msg| matches!(m, Msg::Flush(_) | Msg::Row(_, Some(_)));
+        let mut flushing = urgent(&first);
         let mut batch = vec![first];
-        while batch.len() < BATCH && !flushing {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(m) => {
-                    flushing = matches!(m, Msg::Flush(_));
-                    batch.push(m);
-                }
-                Err(_) => break,
-            }
+        while batch.len() < BATCH {
+            let next = if flushing {
+                rx.try_recv().ok()
+            } else {
+                rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                    .ok()
+            };
+            let Some(m) = next else { break };
+            flushing |= urgent(&m);
+            batch.push(m);
         }
         let mut flushes = Vec::new();
         let mut rows = Vec::new();
+        let mut waiters = Vec::new();
         for m in batch {
             match m {
-                Msg::Row(e) => rows.push(e),
+                Msg::Row(e, done) => {
+                    rows.push(e);
+                    waiters.extend(done);
+                }
                 Msg::Flush(done) => flushes.push(done),
             }
         }
         if !rows.is_empty() {
             since_prune += rows.len() as u64;
-            if let Err(e) = insert(&mut conn, &rows) {
+            let committed = insert(&mut conn, &rows);
+            if let Err(e) = &committed {
                 eprintln!(
                     "cellhost: failed to record {} cell(s) in the history database {}: {e}",
                     rows.len(),
                     path.display()
                 );
+            }
+            for w in waiters {
+                let _ = w.send(committed.is_ok());
             }
             if since_prune >= PRUNE_EVERY {
                 since_prune = 0;
@@ -187,18 +202,36 @@ fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result
     tx.commit()
 }
 
+fn reader(path: &Path) -> Result<Connection, HistoryError> {
+    let conn = Connection::open_with_flags(
+        path,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sqlite("read the history database", path))?;
+    conn.busy_timeout(Duration::from_secs(5))
+        .map_err(sqlite("read the history database", path))?;
+    Ok(conn)
+}
+
+pub(super) fn owners(path: &Path) -> Result<Vec<(String, Option<String>)>, HistoryError> {
+    let err = || sqlite("read the history database", path);
+    let conn = reader(path)?;
+    let mut stmt = conn
+        .prepare("SELECT DISTINCT session, child FROM cells")
+        .map_err(err())?;
+    let it = stmt
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(err())?;
+    it.collect::<Result<_, _>>().map_err(err())
+}
+
 pub(super) fn query(
     path: &Path,
     session: Option<&str>,
     limit: usize,
 ) -> Result<Vec<HistoryEntry>, HistoryError> {
     let err = || sqlite("read the history database", path);
-    let conn = Connection::open_with_flags(
-        path,
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(err())?;
-    conn.busy_timeout(Duration::from_secs(5)).map_err(err())?;
+    let conn = reader(path)?;
     let cols = "id, session, child, code, status, stdout, stderr, value, error, started_at,
                 duration_seconds, execution_count, kernel_id, tool_calls_made, state_reset,
                 state_lost, note";

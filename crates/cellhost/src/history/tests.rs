@@ -142,3 +142,26 @@ fn a_file_that_is_not_a_database_is_a_clear_error() {
     let err = History::open(&path, &HistoryConfig::default(), []).unwrap_err();
     assert!(err.to_string().contains("history"), "{err}");
 }
+
+#[tokio::test]
+async fn a_committed_row_is_readable_without_a_flush_and_a_closed_writer_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.sqlite");
+    let h = History::open(&path, &HistoryConfig::default(), []).unwrap();
+    // A lingering unacknowledged row goes with the next committed one.
+    h.record(HistoryEntry::of("s", None, "a", now(), &result("1")));
+    assert!(
+        h.record_committed(HistoryEntry::of("s", None, "b", now(), &result("2")))
+            .await
+    );
+    let rows = h.session("s", 10).unwrap();
+    assert_eq!(
+        rows.iter().map(|r| r.code.as_str()).collect::<Vec<_>>(),
+        ["a", "b"]
+    );
+    h.close();
+    assert!(
+        !h.record_committed(HistoryEntry::of("s", None, "c", now(), &result("3")))
+            .await
+    );
+}

@@ -179,6 +179,13 @@ impl Process {
             .mode(0o700)
             .create(&staging)
             .map_err(io("create the kernel staging dir"))?;
+        if let Err(err) = super::record::ProcessId::mark_staging(&staging) {
+            let _ = std::fs::remove_dir_all(&staging);
+            return Err(SpawnError::Io {
+                about: "mark the kernel staging dir with its host",
+                err,
+            });
+        }
         let script = staging.join("runner.py");
         for (path, source) in [
             (script.clone(), RUNNER_SOURCE),

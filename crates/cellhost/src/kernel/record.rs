@@ -38,7 +38,7 @@ impl ProcessId {
     }
 
     /// This host process, read from /proc once.
-    fn this_host() -> Option<ProcessId> {
+    pub(crate) fn this_host() -> Option<ProcessId> {
         static HOST: std::sync::OnceLock<Option<ProcessId>> = std::sync::OnceLock::new();
         HOST.get_or_init(|| ProcessId::of(std::process::id()))
             .clone()
@@ -62,6 +62,37 @@ pub struct KernelRecord {
     /// The death-pipe watcher (its own session), if it started.
     pub watcher: Option<ProcessId>,
     pub staging: PathBuf,
+}
+
+/// The file in each staging dir naming the host that made it
+/// (`<pid> <start_time>`). Written right after the dir, before the kernel
+/// starts (its record comes only once the runner answered), so recovery
+/// can remove the dirs of a host SIGKILLed mid-spawn, which no record names.
+pub(crate) const STAGING_HOST_FILE: &str = ".host";
+
+impl ProcessId {
+    /// Mark `staging` as made by this host.
+    pub(crate) fn mark_staging(staging: &Path) -> std::io::Result<()> {
+        let host = ProcessId::this_host()
+            .ok_or_else(|| std::io::Error::other("this host's start time is unreadable"))?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(staging.join(STAGING_HOST_FILE))?;
+        write!(f, "{} {}", host.pid, host.start_time)
+    }
+
+    /// The host that made `staging`, if it says.
+    pub(crate) fn staging_host(staging: &Path) -> Option<ProcessId> {
+        let text = std::fs::read_to_string(staging.join(STAGING_HOST_FILE)).ok()?;
+        let (pid, start) = text.trim().split_once(' ')?;
+        Some(ProcessId {
+            pid: pid.parse().ok()?,
+            start_time: start.parse().ok()?,
+        })
+    }
 }
 
 impl KernelRecord {

@@ -7,7 +7,9 @@
 //! process recorded (same start time, same group); a pid reused by an
 //! unrelated process is left alone. The kernel's cgroups (when limits use
 //! them) are emptied and removed too. Records of a host that still runs (a
-//! second manager on the same data dir) are not touched.
+//! second manager on the same data dir) are not touched. A staging dir no
+//! record names (its host was killed while the kernel started) is removed
+//! when the host named in its `.host` file is gone.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -17,7 +19,7 @@ use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
 use crate::kernel::process_group;
-use crate::kernel::record::KernelRecord;
+use crate::kernel::record::{KernelRecord, ProcessId};
 
 /// What start-up recovery did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -68,7 +70,27 @@ pub(super) fn recover(records: &Path, staging_root: &Path, max_age: Duration) ->
         let _ = std::fs::remove_file(file);
     }
     report.staging_dirs_removed += sweep_stale(staging_root, max_age, &kept_staging);
+    report.staging_dirs_removed += sweep_dead_hosts(staging_root, &kept_staging);
     report
+}
+
+/// Remove staging dirs under `root` whose `.host` names a host that is
+/// gone (a kernel that never got its record), except live hosts' kernels.
+fn sweep_dead_hosts(root: &Path, keep: &[std::path::PathBuf]) -> usize {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for path in entries.filter_map(Result::ok).map(|e| e.path()) {
+        if keep.contains(&path) {
+            continue;
+        }
+        let dead = ProcessId::staging_host(&path).is_some_and(|h| !h.is_same_live_process());
+        if dead && remove_staging_dir(root, &path) {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// `k-` followed by 12 lowercase hex digits: the only names we create.
@@ -141,6 +163,38 @@ mod tests {
         assert!(!is_staging_name("k-0123"));
         assert!(!is_staging_name("notes"));
         assert!(!is_staging_name("k-0123456789abc"));
+    }
+
+    #[test]
+    fn staging_dirs_of_a_dead_host_without_records_are_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let me = ProcessId::this_host().unwrap();
+        let dir = |name: &str, host: Option<&str>| {
+            let d = root.path().join(name);
+            std::fs::create_dir(&d).unwrap();
+            if let Some(h) = host {
+                std::fs::write(d.join(".host"), h).unwrap();
+            }
+            d
+        };
+        // Same pid, another start time: a host that is gone.
+        let dead = dir(
+            "k-aaaaaaaaaaaa",
+            Some(&format!("{} {}", me.pid, me.start_time + 1)),
+        );
+        let live = dir(
+            "k-bbbbbbbbbbbb",
+            Some(&format!("{} {}", me.pid, me.start_time)),
+        );
+        let unmarked = dir("k-cccccccccccc", None);
+        let report = recover(
+            &root.path().join("none"),
+            root.path(),
+            Duration::from_secs(3600),
+        );
+        assert_eq!(report.staging_dirs_removed, 1);
+        assert!(!dead.exists());
+        assert!(live.exists() && unmarked.exists());
     }
 
     #[test]

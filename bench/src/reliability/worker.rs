@@ -1,0 +1,219 @@
+//! The chaos run's moving parts: a worker per session sending random
+//! cells and checking every answer, and the fault driver (kernel
+//! SIGKILLs, interrupts). Shared state is a few atomics and mutexes.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::client::{Conn, Failure};
+use super::model::{Hits, Kind, Session};
+
+/// A small deterministic PRNG (xorshift64*), so a run can be replayed
+/// from its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Faults aimed at one session: (sent, done) times.
+#[derive(Default)]
+pub struct Aimed {
+    interrupts: Vec<(Instant, Instant)>,
+    kills: Vec<Instant>,
+}
+
+/// What every thread shares.
+#[derive(Default)]
+pub struct Shared {
+    pub stop: AtomicBool,
+    pub paused: AtomicBool,
+    /// Workers inside a request.
+    pub busy: AtomicUsize,
+    pub aimed: Mutex<HashMap<String, Aimed>>,
+    pub lies: Mutex<Vec<String>>,
+    /// Cell ids the daemon answered (must all be in the history).
+    pub acked: Mutex<Vec<String>>,
+    pub counts: Mutex<HashMap<String, u64>>,
+    pub sent: AtomicU64,
+}
+
+impl Shared {
+    pub fn count(&self, what: &str, by: u64) {
+        *self
+            .counts
+            .lock()
+            .unwrap()
+            .entry(what.to_owned())
+            .or_default() += by;
+    }
+
+    fn hits(&self, session: &str, start: Instant, end: Instant) -> Hits {
+        let aimed = self.aimed.lock().unwrap();
+        let Some(a) = aimed.get(session) else {
+            return Hits::default();
+        };
+        let slack = Duration::from_millis(500);
+        Hits {
+            interrupted: a.interrupts.iter().any(|&(s, d)| s <= end && d >= start),
+            killed: a.kills.iter().any(|&k| k + slack >= start && k <= end),
+        }
+    }
+}
+
+/// One session's worker: random cells until `stop`, waiting while paused.
+pub fn worker(shared: Arc<Shared>, addr: SocketAddr, session: String, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let mut conn = Conn::new(addr, Duration::from_secs(60));
+    let mut model = Session::default();
+    let mut seq = 0u64;
+    while !shared.stop.load(Ordering::SeqCst) {
+        if shared.paused.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        }
+        shared.busy.fetch_add(1, Ordering::SeqCst);
+        if shared.paused.load(Ordering::SeqCst) {
+            shared.busy.fetch_sub(1, Ordering::SeqCst);
+            continue;
+        }
+        seq += 1;
+        let kind = Kind::pick(rng.below(100));
+        let reset = rng.below(50) == 0;
+        let id = format!("chaos {session} {seq}");
+        let (body, timeout) = kind.body();
+        let code = format!(
+            "# {id}\nn = globals().get('n', 0) + 1\nprint(f'@n={{n}}', flush=True)\n{body}"
+        );
+        let mut req = json!({"code": code, "reset": reset});
+        if let Some(t) = timeout {
+            req["timeout"] = json!(t);
+        }
+        let path = format!("/v1/sessions/{session}/execute");
+        let start = Instant::now();
+        let answer = conn.post(&path, &req);
+        let end = Instant::now();
+        shared.sent.fetch_add(1, Ordering::Relaxed);
+        match answer {
+            Ok((200, v)) => {
+                let hits = shared.hits(&session, start, end);
+                let lies = model.answer(kind, reset, hits, &v);
+                shared.acked.lock().unwrap().push(id.clone());
+                shared.count(
+                    &format!("status {}", v["status"].as_str().unwrap_or("?")),
+                    1,
+                );
+                if reset {
+                    shared.count("resets", 1);
+                }
+                for l in lies {
+                    shared.lies.lock().unwrap().push(format!(
+                        "{id} ({}): {l}; answer {}",
+                        kind.name(),
+                        brief(&v)
+                    ));
+                }
+            }
+            Ok((503, _)) => shared.count("answered 503", 1),
+            Ok((code, v)) => shared
+                .lies
+                .lock()
+                .unwrap()
+                .push(format!("{id}: HTTP {code}: {v}")),
+            Err(Failure::NotSent(_)) => {
+                shared.count("not sent (daemon down)", 1);
+                seq -= 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(Failure::NoAnswer(_)) => {
+                shared.count("no answer (daemon killed mid-request)", 1);
+                model.unanswered();
+            }
+        }
+        shared.busy.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn brief(v: &Value) -> String {
+    let mut v = v.clone();
+    if let Some(s) = v["stdout"].as_str() {
+        v["stdout"] = json!(s.chars().take(80).collect::<String>());
+    }
+    v.as_object_mut().map(|o| o.remove("traceback"));
+    v.to_string()
+}
+
+/// The fault driver: every 50–250 ms, SIGKILL a random kernel or
+/// interrupt a session whose kernel is busy, until `stop`; idle while
+/// paused.
+pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64) {
+    let mut rng = Rng::new(seed);
+    let mut conn = Conn::new(addr, Duration::from_secs(10));
+    while !shared.stop.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50 + rng.below(200)));
+        if shared.paused.load(Ordering::SeqCst) {
+            continue;
+        }
+        let Ok((200, ks)) = conn.get("/v1/kernels") else {
+            continue;
+        };
+        let kill = rng.below(2) == 0;
+        let targets: Vec<&Value> = ks
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter(|k| k["owner"].is_string() && (kill || k["state"] == "busy"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if targets.is_empty() {
+            continue;
+        }
+        let k = targets[rng.below(targets.len() as u64) as usize];
+        let (Some(pid), Some(owner)) = (k["pid"].as_u64(), k["owner"].as_str()) else {
+            continue;
+        };
+        let sent = Instant::now();
+        if kill {
+            let sig = nix::sys::signal::Signal::SIGKILL;
+            if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).is_ok() {
+                shared.count("fault: kernel SIGKILL", 1);
+                let mut aimed = shared.aimed.lock().unwrap();
+                aimed.entry(owner.to_owned()).or_default().kills.push(sent);
+            }
+        } else if let Ok((200, v)) =
+            conn.post(&format!("/v1/sessions/{owner}/interrupt"), &json!({}))
+        {
+            let done = Instant::now();
+            let mut aimed = shared.aimed.lock().unwrap();
+            aimed
+                .entry(owner.to_owned())
+                .or_default()
+                .interrupts
+                .push((sent, done));
+            shared.count("fault: interrupt sent", 1);
+            shared.count(
+                "fault: interrupt hit a running cell",
+                v["count"].as_u64().unwrap_or(0),
+            );
+        }
+    }
+}
