@@ -70,6 +70,15 @@ impl ExecuteRequest {
                 "the request body is empty; send JSON like {\"code\": \"1 + 1\"}",
             ));
         }
+        // serde would also take a struct as a positional array
+        // (`["1 + 1", 5]`): only an object is a request.
+        let first = body.iter().find(|b| !b.is_ascii_whitespace());
+        if first.is_some_and(|&b| b == b'[') {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "the request body must be a JSON object, not an array; send JSON like {\"code\": \"1 + 1\"}",
+            ));
+        }
         let req: ExecuteRequest = serde_json::from_slice(body).map_err(|e| {
             use serde_json::error::Category;
             match e.classify() {

@@ -139,3 +139,60 @@ fn carriage_returns_end_a_line_for_progress_bars() {
     t.push(b"10%\r20%\r");
     assert_eq!(joined(&got), "10%\r20%\r");
 }
+
+mod split_property {
+    use super::*;
+    use proptest::prelude::*;
+
+    const TOKEN: &str = "ghp_Zq7Xw3Kp9Lm2Nb5Vc8Rt1Yh4Jd6Gf0Sa2QeXy";
+    const SECRET: &str = "s3cr3t-Value-From-Env";
+
+    /// Text around the secrets: letters, spaces and newlines, long lines
+    /// included (past the 16 KiB hold), so cuts happen everywhere.
+    fn filler() -> impl Strategy<Value = String> {
+        prop_oneof!["[a-z \n]{0,200}", "[a-z ]{15000,20000}",]
+    }
+
+    proptest! {
+        // A case pushes up to 60 KB through the tap: a tenth of
+        // PROPTEST_CASES (scripts/reliability: 20,000 → 2,000), 64 in CI.
+        #![proptest_config(ProptestConfig::with_cases(
+            std::env::var("PROPTEST_CASES")
+                .ok()
+                .and_then(|v| v.parse::<u32>().ok())
+                .map_or(64, |n| (n / 10).max(1))
+        ))]
+
+        /// However the output is split into reads, no piece of a token or
+        /// of a secret value is ever streamed, and nothing else is lost
+        /// while under budget.
+        #[test]
+        fn no_secret_leaks_whatever_the_split(
+            a in filler(), b in filler(), c in filler(),
+            cuts in proptest::collection::vec(1usize..6000, 1..40),
+        ) {
+            let text = format!("{a} {TOKEN} {b} {SECRET} {c}");
+            let (mut t, got) = tap(10_000_000, &[SECRET]);
+            let bytes = text.as_bytes();
+            let mut at = 0;
+            for n in cuts.iter().cycle() {
+                if at >= bytes.len() {
+                    break;
+                }
+                let end = (at + n).min(bytes.len());
+                t.push(&bytes[at..end]);
+                at = end;
+            }
+            t.flush();
+            let out = joined(&got);
+            prop_assert!(!out.contains(&TOKEN[4..16]), "token piece streamed");
+            prop_assert!(!out.contains(&TOKEN[24..]), "token tail streamed");
+            prop_assert!(!out.contains(&SECRET[..10]), "secret piece streamed");
+            prop_assert!(!out.contains(&SECRET[10..]), "secret tail streamed");
+            prop_assert!(out.contains("[REDACTED:github_token]"), "token not marked");
+            // The filler survives (modulo the redaction markers).
+            let letters = |s: &str| s.chars().filter(|c| c.is_ascii_lowercase()).count();
+            prop_assert!(letters(&out) >= letters(&a) + letters(&b) + letters(&c));
+        }
+    }
+}
