@@ -23,10 +23,10 @@ fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| Value::from(n)),
+        any::<i64>().prop_map(Value::from),
         any::<f64>()
             .prop_filter("finite", |f| f.is_finite())
-            .prop_map(|f| Value::from(f)),
+            .prop_map(Value::from),
         ".{0,40}".prop_map(Value::String),
     ];
     leaf.prop_recursive(3, 32, 6, |inner| {
