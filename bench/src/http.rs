@@ -168,9 +168,13 @@ async fn bench(args: Args) -> Result<serde_json::Value> {
             .idle_timeout(None),
     )
     .await;
+    // BENCH_WAIT_FOR_COMMIT=0: `[history] wait_for_commit = false`.
     let history = History::open(
         &dir.path().join("data/history.sqlite"),
-        &HistoryConfig::default(),
+        &HistoryConfig {
+            wait_for_commit: std::env::var("BENCH_WAIT_FOR_COMMIT").as_deref() != Ok("0"),
+            ..HistoryConfig::default()
+        },
         [],
     )?;
     // BENCH_HISTORY=0 measures the HTTP layer without the history record.

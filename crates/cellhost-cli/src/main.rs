@@ -204,6 +204,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
+    let mcp = matches!(cli.command, Command::Mcp(_));
     let code = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
@@ -216,5 +217,10 @@ fn main() -> ExitCode {
             Command::History(args) => clients::history(args).await,
         }
     });
+    if mcp {
+        // The stdin reader may sit in a blocking read when a signal ended
+        // `mcp`: do not wait for it.
+        runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    }
     ExitCode::from(code)
 }

@@ -37,7 +37,7 @@ impl Host {
     /// Stop the kernels and the downstream servers.
     pub(crate) async fn shutdown(&self) {
         self.manager.shutdown().await;
-        self.downstream.shutdown();
+        self.downstream.shutdown().await;
     }
 }
 

@@ -129,10 +129,16 @@ fn alive(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-/// SIGKILL `cellhost mcp` mid-session (the official Rust SDK is the
-/// client here): its kernel and its downstream server die with it.
-#[tokio::test(flavor = "multi_thread")]
-async fn a_killed_host_leaves_no_kernel_or_downstream_server_behind() {
+/// Start `cellhost mcp` with the demo downstream server (the official
+/// Rust SDK is the client) and run a cell that reports the kernel's pid,
+/// the server's and a `sleep` the server started in its own process
+/// group (it ignores stdin EOF, so only a group kill ends it).
+async fn host_with_children() -> (
+    rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    i32,
+    Vec<i32>,
+    tempfile::TempDir,
+) {
     use rmcp::model::CallToolRequestParams;
     use rmcp::ServiceExt;
     let data = tempfile::tempdir().unwrap();
@@ -157,7 +163,7 @@ async fn a_killed_host_leaves_no_kernel_or_downstream_server_behind() {
     let mut args = serde_json::Map::new();
     args.insert(
         "code".into(),
-        "import os, tools\nf'{os.getpid()} {tools.demo.pid()}'".into(),
+        "import os, tools\nf'{os.getpid()} {tools.demo.pid()} {tools.demo.spawn_child()}'".into(),
     );
     let r = client
         .call_tool(CallToolRequestParams::new("execute_code").with_arguments(args))
@@ -169,21 +175,44 @@ async fn a_killed_host_leaves_no_kernel_or_downstream_server_behind() {
         .trim_matches('\'')
         .to_owned();
     let pids: Vec<i32> = value.split(' ').map(|p| p.parse().unwrap()).collect();
+    assert_eq!(pids.len(), 3, "{value}");
     assert!(pids.iter().all(|&p| alive(p)), "{pids:?}");
+    (client, host, pids, data)
+}
+
+fn all_gone_within(pids: &[i32], secs: u64, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while pids.iter().any(|&p| alive(p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: still alive after {secs} s: {:?}",
+            pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// SIGKILL `cellhost mcp` mid-session: its kernel, its downstream server
+/// and the server's own child die with it (death pipes).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_host_leaves_no_kernel_or_downstream_server_behind() {
+    let (_client, host, pids, _data) = host_with_children().await;
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(host),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while pids.iter().any(|&p| alive(p)) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "still alive 10 s after the host was killed: {:?}",
-            pids.iter().filter(|&&p| alive(p)).collect::<Vec<_>>()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    all_gone_within(&pids, 10, "after SIGKILL of the host");
+}
+
+/// The client hangs up (stdin closes): `cellhost mcp` exits and takes its
+/// kernel, the downstream server and the server's group with it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_normal_exit_stops_the_downstream_group_too() {
+    let (client, host, pids, _data) = host_with_children().await;
+    drop(client);
+    all_gone_within(&pids, 15, "after the client hung up");
+    all_gone_within(&[host], 5, "cellhost mcp itself");
 }
 
 /// A downstream server that cannot start stops `cellhost mcp` at once

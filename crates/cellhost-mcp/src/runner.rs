@@ -19,6 +19,8 @@ pub trait CellRunner: Send + Sync + 'static {
     /// returned future must finish the cell even if it is dropped early
     /// (spawn it), so a cell is never cut halfway by a client.
     fn run(&self, owner: String, code: String, cell: Cell) -> RunFuture;
+    /// `owner`'s kernels were disposed on request (`reset_session`).
+    fn disposed(&self, _owner: &str) {}
 }
 
 /// The kernel spec of MCP cells: every tool the manager has, like the

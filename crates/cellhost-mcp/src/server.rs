@@ -27,6 +27,10 @@ use crate::render;
 use crate::runner::CellRunner;
 use crate::tools::{self, ExecuteArgs, NoArgs, SessionArgs};
 
+/// How long an HTTP MCP session lives without traffic: past the longest
+/// cell timeout (one day).
+const SESSION_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(86_400 + 3_600);
+
 /// The MCP handler for one connection or session.
 pub struct McpServer {
     runner: Arc<dyn CellRunner>,
@@ -103,14 +107,22 @@ impl McpServer {
             validate_owner(&name).map_err(|e| e.to_string())?;
             return Ok(name);
         }
-        let from_http = ctx
-            .extensions
-            .get::<http::request::Parts>()
-            .and_then(|p| p.headers.get("mcp-session-id"))
-            .and_then(|v| v.to_str().ok())
-            .filter(|id| validate_owner(id).is_ok())
-            .map(str::to_owned);
-        let owner = from_http.unwrap_or_else(|| self.conn.fallback.clone());
+        let owner = match ctx.extensions.get::<http::request::Parts>() {
+            // Over HTTP the session id is the owner; a request without one
+            // (served statelessly) would get a throwaway kernel.
+            Some(parts) => parts
+                .headers
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+                .filter(|id| validate_owner(id).is_ok())
+                .map(str::to_owned)
+                .ok_or_else(|| {
+                    "this request has no MCP session (Mcp-Session-Id): initialize a session \
+                     first, or name one with the `session` argument"
+                        .to_owned()
+                })?,
+            None => self.conn.fallback.clone(),
+        };
         let _ = self.conn.used.set(owner.clone());
         Ok(owner)
     }
@@ -137,6 +149,9 @@ impl McpServer {
         });
         let mut run = self.runner.run(owner.clone(), args.code, cell);
         let result = tokio::select! {
+            // A cell that already finished is never mistaken for the
+            // owner's next one.
+            biased;
             r = &mut run => r,
             () = ctx.ct.cancelled() => {
                 // The client gave up on this call: stop the cell, keep the
@@ -183,6 +198,7 @@ impl McpServer {
     ) -> Result<CallToolResult, String> {
         let owner = self.owner(args.session, &ctx)?;
         let n = self.runner.manager().dispose_owner(&owner).await;
+        self.runner.disposed(&owner);
         let text = if n == 0 {
             format!("Session {owner:?} had no kernel; the next execute_code starts a fresh one.")
         } else {
@@ -329,5 +345,16 @@ pub fn http_service(server: McpServer, cancel: tokio_util::sync::CancellationTok
         .disable_allowed_hosts()
         .disable_allowed_origins()
         .with_cancellation_token(cancel);
-    rmcp::transport::StreamableHttpService::new(move || Ok(server.fresh()), Arc::default(), config)
+    // rmcp ends a session with no traffic for `keep_alive`, even while a
+    // call runs: longer than the longest cell (one day), so a quiet cell
+    // or a pause never costs a session its kernel; abandoned sessions'
+    // kernels go to the idle reaper long before.
+    let mut sessions =
+        rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(SESSION_KEEP_ALIVE);
+    rmcp::transport::StreamableHttpService::new(
+        move || Ok(server.fresh()),
+        Arc::new(sessions),
+        config,
+    )
 }

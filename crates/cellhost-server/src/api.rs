@@ -109,6 +109,7 @@ pub(crate) async fn dispose_session(
         .iter()
         .any(|k| belongs_to_session(&k.owner, &session));
     let count = state.manager.dispose_owner(&session).await;
+    crate::execute::forget_previous(&state, &session);
     if count == 0 && !live {
         return Err(ApiError::unknown_session(&session));
     }
@@ -135,6 +136,9 @@ pub(crate) async fn dispose_child(
         .dispose_child(&session, &child)
         .await
         .map_err(|e| ApiError::bad_request("invalid_session", e.to_string()))?;
+    if let Ok(owner) = cellhost::registry::child_owner(&session, &child) {
+        crate::execute::forget_previous(&state, &owner);
+    }
     if count == 0 {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,

@@ -324,6 +324,17 @@ pub(crate) fn previous_owners(h: &cellhost::history::History) -> HashSet<String>
     }
 }
 
+/// `owner` (and its children) was disposed on request: a fresh kernel is
+/// then explained by that, not by a daemon restart.
+pub(crate) fn forget_previous(state: &AppState, owner: &str) {
+    let children = format!("{owner}{}", cellhost::registry::CHILD_SEPARATOR);
+    state
+        .previous
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|o| o != owner && !o.starts_with(&children));
+}
+
 /// The first cell an owner of an earlier daemon process runs here got a
 /// fresh kernel: say its state was lost, unless the result already says
 /// why it is fresh (a reset, an eviction).

@@ -19,6 +19,10 @@ impl CellRunner for DaemonRunner {
         &self.0.manager
     }
 
+    fn disposed(&self, owner: &str) {
+        crate::execute::forget_previous(&self.0, owner);
+    }
+
     fn run(&self, owner: String, code: String, cell: Cell) -> RunFuture {
         let req = ExecuteRequest {
             code,

@@ -73,12 +73,14 @@ pub async fn serve(listening: Listening, state: AppState, shutdown: impl Future<
     });
     shutdown.await;
     let _ = stop.send(());
-    // MCP sessions hold streams open: end them so connections can close.
-    state.mcp_stop.cancel();
     let deadline = Instant::now() + state.options.shutdown_grace;
     while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // MCP sessions hold streams open: end them so connections can close
+    // (after the grace: ending a session cancels its calls, which would
+    // interrupt their cells).
+    state.mcp_stop.cancel();
     let left = state.in_flight.load(Ordering::SeqCst);
     if left > 0 {
         eprintln!("cellhost: {left} cell(s) still running after the shutdown grace; killing their kernels");

@@ -9,6 +9,7 @@ at the end; any failed assertion exits non-zero with the reason.
 """
 
 import json
+import re
 import sys
 import time
 
@@ -166,6 +167,9 @@ async def http(url, token):
                     owners = {k["owner"] for k in
                               (await a.call_tool("list_kernels", {})).structured_content["kernels"]}
                     assert "conv-7" in owners and len(owners) >= 3, owners
+                    # The implicit owners are the MCP session ids (UUIDs).
+                    ids = [o for o in owners if re.fullmatch(r"[0-9a-f-]{36}", o)]
+                    assert len(ids) == 2, owners
 
 
 async def codemode(cellhost, data_dir, config):

@@ -2,6 +2,7 @@
 Python SDK's MCPServer (formerly FastMCP). Runs on stdio."""
 
 import os
+import subprocess
 
 from mcp.server.mcpserver import MCPServer
 
@@ -30,6 +31,12 @@ def fail(why: str) -> str:
 def pid() -> int:
     """This server's process id."""
     return os.getpid()
+
+
+@app.tool()
+def spawn_child() -> int:
+    """Start a long `sleep` in this server's process group; its pid."""
+    return subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL).pid
 
 
 @app.tool()

@@ -17,29 +17,15 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;
 
-/// A connected server plus the guard that kills it with the host.
+/// A connected server plus the guard that kills its group with the host.
 pub(crate) struct Running {
-    service: RunningService<RoleClient, ()>,
-    _guard: DeathGuard,
+    pub service: RunningService<RoleClient, ()>,
+    pub guard: DeathGuard,
 }
 
 impl Running {
     pub(crate) fn peer(&self) -> &rmcp::service::Peer<RoleClient> {
         self.service.peer()
-    }
-
-    pub(crate) fn cancellation_token(&self) -> rmcp::service::RunningServiceCancellationToken {
-        self.service.cancellation_token()
-    }
-
-    /// Wait until the connection ends (the server exited, or it was
-    /// cancelled); the guard goes after it.
-    pub(crate) async fn waiting(self) -> String {
-        let Running { service, _guard } = self;
-        match service.waiting().await {
-            Ok(reason) => format!("{reason:?}").to_lowercase(),
-            Err(e) => e.to_string(),
-        }
     }
 }
 
@@ -82,15 +68,12 @@ pub(crate) async fn connect(config: &McpServerConfig) -> Result<Running, String>
             ))
         }
     };
-    Ok(Running {
-        service,
-        _guard: guard,
-    })
+    Ok(Running { service, guard })
 }
 
 /// Kills the server's process group when cellhost dies (see the module
 /// docs); dropping it stops the watcher without killing anything.
-struct DeathGuard {
+pub(crate) struct DeathGuard {
     watcher: Option<tokio::process::Child>,
     _write: Option<OwnedFd>,
 }
@@ -118,6 +101,18 @@ impl DeathGuard {
             watcher: Some(watcher),
             _write: Some(write),
         })
+    }
+}
+
+impl DeathGuard {
+    /// Kill the server's whole group now (a normal stop): close the pipe
+    /// and let the watcher do it. Call it while the group's leader is
+    /// still unreaped, so its id cannot belong to another group.
+    pub(crate) async fn kill_group(mut self) {
+        drop(self._write.take());
+        if let Some(mut w) = self.watcher.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), w.wait()).await;
+        }
     }
 }
 

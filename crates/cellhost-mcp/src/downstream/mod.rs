@@ -36,6 +36,7 @@ pub enum DownstreamError {
 /// The running downstream servers.
 pub struct Downstream {
     servers: Vec<Arc<Server>>,
+    supervisors: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// Each server's tools as listed at start.
     listed: Vec<(Arc<Server>, Vec<rmcp::model::Tool>)>,
     stop: CancellationToken,
@@ -86,19 +87,34 @@ impl Downstream {
     /// [`DownstreamError::Start`] naming the server and the reason.
     pub async fn start(configs: &[McpServerConfig]) -> Result<Downstream, DownstreamError> {
         let stop = CancellationToken::new();
+        // A server that fails stops the ones already started.
+        let guard = stop.clone().drop_guard();
         let mut servers = Vec::new();
+        let mut supervisors = Vec::new();
         let mut tools = Vec::new();
         for config in configs {
             let fail = |message: String| DownstreamError::Start {
                 name: config.name.clone(),
                 message,
             };
-            let running = connect::connect(config).await.map_err(fail)?;
-            let listed = running
-                .peer()
-                .list_all_tools()
-                .await
-                .map_err(|e| fail(format!("listing its tools failed: {e}")))?;
+            let limit = Duration::from_secs_f64(config.start_timeout);
+            let started = tokio::time::timeout(limit, async {
+                let running = connect::connect(config).await?;
+                let listed = running
+                    .peer()
+                    .list_all_tools()
+                    .await
+                    .map_err(|e| format!("listing its tools failed: {e}"))?;
+                Ok::<_, String>((running, listed))
+            })
+            .await
+            .map_err(|_| {
+                fail(format!(
+                    "it did not start and list its tools within {} s (start_timeout)",
+                    config.start_timeout
+                ))
+            })?;
+            let (running, listed) = started.map_err(fail)?;
             let server = Arc::new(Server {
                 config: config.clone(),
                 state: Mutex::new(State {
@@ -108,11 +124,17 @@ impl Downstream {
                 }),
             });
             tools.push((server.clone(), listed));
-            tokio::spawn(supervise(server.clone(), running, stop.clone()));
+            supervisors.push(tokio::spawn(supervise(
+                server.clone(),
+                running,
+                stop.clone(),
+            )));
             servers.push(server);
         }
+        guard.disarm();
         Ok(Downstream {
             servers,
+            supervisors: Mutex::new(supervisors),
             listed: tools,
             stop,
         })
@@ -148,9 +170,15 @@ impl Downstream {
             .collect()
     }
 
-    /// Stop every server (also done on drop).
-    pub fn shutdown(&self) {
+    /// Stop every server and its process group, and wait until they are
+    /// gone. (Dropping a `Downstream` only signals the stop.)
+    pub async fn shutdown(&self) {
         self.stop.cancel();
+        let tasks =
+            std::mem::take(&mut *self.supervisors.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in tasks {
+            let _ = t.await;
+        }
     }
 }
 
@@ -165,13 +193,26 @@ async fn supervise(server: Arc<Server>, first: connect::Running, stop: Cancellat
     let mut running = Some(first);
     let mut backoff = FIRST_BACKOFF;
     loop {
-        if let Some(r) = running.take() {
+        if let Some(connect::Running { service, guard }) = running.take() {
             let started = Instant::now();
-            let ct = r.cancellation_token();
+            let ct = service.cancellation_token();
+            let mut waiting = Box::pin(service.waiting());
             let why = tokio::select! {
-                q = r.waiting() => format!("it exited: {q:?}"),
-                () = stop.cancelled() => { ct.cancel(); return; }
+                q = &mut waiting => match q {
+                    Ok(reason) => format!("it exited ({reason:?})").to_lowercase(),
+                    Err(e) => format!("its connection failed: {e}"),
+                },
+                () = stop.cancelled() => {
+                    // The group first, while its leader is unreaped.
+                    guard.kill_group().await;
+                    ct.cancel();
+                    let _ = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+                    return;
+                }
             };
+            // It exited by itself (its leader may be reaped): only stop
+            // the watcher.
+            drop(guard);
             server.set(None, why);
             if started.elapsed() >= HEALTHY_RUN {
                 backoff = FIRST_BACKOFF;
@@ -182,7 +223,11 @@ async fn supervise(server: Arc<Server>, first: connect::Running, stop: Cancellat
             () = stop.cancelled() => return,
         }
         backoff = (backoff * 2).min(MAX_BACKOFF);
-        match connect::connect(&server.config).await {
+        let next = tokio::select! {
+            r = connect::connect(&server.config) => r,
+            () = stop.cancelled() => return,
+        };
+        match next {
             Ok(r) => {
                 server.set(Some(r.peer().clone()), String::new());
                 running = Some(r);

@@ -125,7 +125,7 @@ enum Msg {
 /// (`true`), or could not be (`false`: the insert failed or the writer
 /// has stopped; the writer's log says why).
 #[derive(Debug)]
-pub struct Committed(tokio::sync::oneshot::Receiver<bool>);
+pub struct Committed(Option<tokio::sync::oneshot::Receiver<bool>>);
 
 impl std::future::Future for Committed {
     type Output = bool;
@@ -134,15 +134,19 @@ impl std::future::Future for Committed {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<bool> {
-        std::pin::Pin::new(&mut self.0)
-            .poll(cx)
-            .map(|r| r.unwrap_or(false))
+        match &mut self.0 {
+            Some(rx) => std::pin::Pin::new(rx).poll(cx).map(|r| r.unwrap_or(false)),
+            // `[history] wait_for_commit = false`: not waited for.
+            None => std::task::Poll::Ready(true),
+        }
     }
 }
 
 /// The history store. Cheap to share behind an `Arc`.
 pub struct History {
     path: PathBuf,
+    /// `[history] wait_for_commit`.
+    wait_for_commit: bool,
     tx: Mutex<Option<mpsc::Sender<Msg>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     cleaner: Cleaner,
@@ -221,6 +225,7 @@ impl History {
             })?;
         Ok(History {
             path: path.to_owned(),
+            wait_for_commit: config.wait_for_commit,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
             cleaner: Cleaner::new(secrets),
@@ -240,11 +245,17 @@ impl History {
 
     /// Queue a row for writing and return a future that resolves once it
     /// has committed. The writer commits such a row at once (with whatever
-    /// else is queued) instead of lingering for a batch.
+    /// else is queued) instead of lingering for a batch. With `[history]
+    /// wait_for_commit = false` it is [`History::record`] and resolves at
+    /// once.
     pub fn record_committed(&self, entry: HistoryEntry) -> Committed {
+        if !self.wait_for_commit {
+            self.send_row(entry, None);
+            return Committed(None);
+        }
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.send_row(entry, Some(tx));
-        Committed(rx)
+        Committed(Some(rx))
     }
 
     fn send_row(&self, mut entry: HistoryEntry, done: Option<tokio::sync::oneshot::Sender<bool>>) {

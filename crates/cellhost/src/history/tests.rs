@@ -165,3 +165,22 @@ async fn a_committed_row_is_readable_without_a_flush_and_a_closed_writer_says_so
             .await
     );
 }
+
+#[tokio::test]
+async fn without_wait_for_commit_the_answer_does_not_wait_but_the_row_lands() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.sqlite");
+    let config = HistoryConfig {
+        wait_for_commit: false,
+        ..HistoryConfig::default()
+    };
+    let h = History::open(&path, &config, []).unwrap();
+    assert!(
+        h.record_committed(HistoryEntry::of("s", None, "a", now(), &result("1")))
+            .await
+    );
+    h.flush();
+    let rows = h.session("s", 10).unwrap();
+    assert_eq!(rows.len(), 1);
+    h.close();
+}
