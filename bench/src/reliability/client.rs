@@ -37,6 +37,12 @@ pub struct Conn {
 
 impl Conn {
     /// A client for `addr`; `timeout` bounds each read (a cell's whole run).
+    /// Close the connection (the next request opens a new one), so a
+    /// quiet checkpoint sees no client connections in the daemon's fds.
+    pub fn disconnect(&mut self) {
+        self.stream = None;
+    }
+
     pub fn new(addr: SocketAddr, timeout: Duration) -> Conn {
         Conn {
             addr,

@@ -87,6 +87,7 @@ pub fn worker(shared: Arc<Shared>, addr: SocketAddr, session: String, seed: u64)
     let mut seq = 0u64;
     while !shared.stop.load(Ordering::SeqCst) {
         if shared.paused.load(Ordering::SeqCst) {
+            conn.disconnect();
             std::thread::sleep(Duration::from_millis(10));
             continue;
         }
@@ -170,6 +171,7 @@ pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64) {
     while !shared.stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50 + rng.below(200)));
         if shared.paused.load(Ordering::SeqCst) {
+            conn.disconnect();
             continue;
         }
         let Ok((200, ks)) = conn.get("/v1/kernels") else {
