@@ -166,7 +166,7 @@ fn run(o: &Opts, setup: &DaemonSetup) -> Result<(Value, bool)> {
         if let [(fa, ka), (fb, kb)] = l.fds[..] {
             if ka == kb && fa.abs_diff(fb) > 4 {
                 fd_drift.push(format!(
-                    "life {i}: {fa} fds with {ka} kernels, then {fb} with {kb}"
+                    "life {i}: {fa} fds with {ka} kernels (pool included), then {fb} with {kb}"
                 ));
             }
         }
@@ -268,8 +268,16 @@ fn checkpoint(
     let mut seen = Vec::new();
     let end = Instant::now() + Duration::from_secs(15);
     let sample = loop {
+        // Owned kernels plus the warm pool's (each holds a few fds).
+        let pooled = match c.request_raw("GET", "/metrics", None) {
+            Ok((200, raw)) => {
+                reliability::metric(&String::from_utf8_lossy(&raw), "cellhost_kernels_pooled")
+                    as usize
+            }
+            _ => usize::MAX / 2,
+        };
         let kernels = match c.get("/v1/kernels") {
-            Ok((200, v)) => v.as_array().map_or(0, Vec::len),
+            Ok((200, v)) => v.as_array().map_or(0, Vec::len) + pooled,
             _ => usize::MAX,
         };
         seen.push((daemon.fd_count(), kernels));

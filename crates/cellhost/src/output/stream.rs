@@ -43,6 +43,10 @@ pub struct LineTap {
     emit: Emit,
     cleaner: Cleaner,
     pending: Vec<u8>,
+    /// Where the last (incomplete) line of `pending` starts: lines before
+    /// it were scanned already, so a push scans only what is new (a line
+    /// written a byte at a time stays linear).
+    line_start: usize,
     budget: usize,
     limit: usize,
     in_key: bool,
@@ -70,6 +74,7 @@ impl LineTap {
             emit,
             cleaner,
             pending: Vec::new(),
+            line_start: 0,
             budget,
             limit: budget,
             in_key: false,
@@ -88,13 +93,14 @@ impl LineTap {
         let release = self.release_point(scan_from);
         if self.dropping_key {
             // Everything up to `release` belongs to the dropped block.
-            self.pending.drain(..release);
+            self.drain_front(release);
             return;
         }
         self.release(release);
         if self.in_key && self.pending.len() > KEY_HOLD_MAX {
             // The cleaner redacts an unterminated block through the end.
             let held = std::mem::take(&mut self.pending);
+            self.line_start = 0;
             self.send(&held);
             self.dropping_key = true;
         } else if !self.in_key && self.pending.len() > HOLD_MAX {
@@ -119,6 +125,7 @@ impl LineTap {
     pub fn flush(&mut self) {
         if self.stopped || self.dropping_key {
             self.pending.clear();
+            self.line_start = 0;
             return;
         }
         let n = self.pending.len();
@@ -130,20 +137,19 @@ impl LineTap {
     /// line.
     fn release_point(&mut self, scan_from: usize) -> usize {
         // Start at the beginning of the line `scan_from` is in.
-        let mut start = self.pending[..scan_from]
-            .iter()
-            .rposition(|&b| b == b'\n' || b == b'\r')
-            .map_or(0, |i| i + 1);
+        let mut start = self.line_start.min(scan_from);
         let mut release = if self.in_key || self.dropping_key {
             0
         } else {
             start
         };
-        while let Some(off) = self.pending[start..]
+        // Bytes of the incomplete line before `scan_from` hold no line end.
+        let mut from = scan_from.max(start);
+        while let Some(off) = self.pending[from..]
             .iter()
             .position(|&b| b == b'\n' || b == b'\r')
         {
-            let end = start + off + 1;
+            let end = from + off + 1;
             let line = &self.pending[start..end];
             if !self.in_key && contains(line, b"-----BEGIN ") && contains(line, b"PRIVATE KEY") {
                 self.in_key = true;
@@ -154,7 +160,9 @@ impl LineTap {
                     self.dropping_key = false;
                     // Drop through the END line, release nothing of it.
                     self.pending.drain(..end);
+                    self.line_start = 0;
                     start = 0;
+                    from = 0;
                     release = 0;
                     continue;
                 }
@@ -163,18 +171,26 @@ impl LineTap {
                 release = end;
             }
             start = end;
+            from = end;
         }
+        self.line_start = start;
         if self.dropping_key {
             return self.pending.len();
         }
         release
     }
 
+    /// Drop the first `at` bytes of `pending`.
+    fn drain_front(&mut self, at: usize) -> Vec<u8> {
+        self.line_start = self.line_start.saturating_sub(at);
+        self.pending.drain(..at).collect()
+    }
+
     fn release(&mut self, at: usize) {
         if at == 0 {
             return;
         }
-        let chunk: Vec<u8> = self.pending.drain(..at).collect();
+        let chunk = self.drain_front(at);
         self.send(&chunk);
     }
 
