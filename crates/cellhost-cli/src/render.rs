@@ -45,14 +45,8 @@ pub(crate) fn cell_body(r: &CellResult, shown: &[Shown]) -> String {
         if let Some(tb) = r.traceback.as_deref().filter(|t| !t.trim().is_empty()) {
             push_block(&mut out, tb);
         }
-        if let Some(e) = &r.error {
-            let last_tb_line = r
-                .traceback
-                .as_deref()
-                .and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()));
-            if last_tb_line.map(str::trim) != Some(e.trim()) {
-                out.push_str(&format!("{e}\n"));
-            }
+        if let Some(e) = r.error_beyond_traceback() {
+            out.push_str(&format!("{e}\n"));
         }
         out.push_str(&format!("[{}]\n", r.status.as_str()));
     }

@@ -55,8 +55,9 @@ fn stdio_server_with_the_python_sdk() {
     ]);
 }
 
-#[test]
-fn code_mode_calls_a_downstream_mcp_server() {
+/// A temp dir holding a cellhost.toml whose `[[mcp_servers]]` is the
+/// demo server (`tests/mcp/demo_server.py` on the test venv).
+fn demo_config() -> (tempfile::TempDir, PathBuf) {
     let data = tempfile::tempdir().unwrap();
     let config = data.path().join("cellhost.toml");
     std::fs::write(
@@ -68,6 +69,12 @@ fn code_mode_calls_a_downstream_mcp_server() {
         ),
     )
     .unwrap();
+    (data, config)
+}
+
+#[test]
+fn code_mode_calls_a_downstream_mcp_server() {
+    let (data, config) = demo_config();
     scenario(&[
         "codemode",
         env!("CARGO_BIN_EXE_cellhost"),
@@ -141,17 +148,7 @@ async fn host_with_children() -> (
 ) {
     use rmcp::model::CallToolRequestParams;
     use rmcp::ServiceExt;
-    let data = tempfile::tempdir().unwrap();
-    let config = data.path().join("cellhost.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[mcp_servers]]\nname = \"demo\"\ncommand = {:?}\nargs = [{:?}]\n",
-            venv_python().display().to_string(),
-            script("demo_server.py").display().to_string()
-        ),
-    )
-    .unwrap();
+    let (data, config) = demo_config();
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_cellhost"));
     cmd.args(["mcp", "--sandbox", "none", "--config"])
         .arg(&config)

@@ -46,14 +46,8 @@ pub fn render(r: &CellResult) -> String {
         if let Some(tb) = r.traceback.as_deref().filter(|t| !t.trim().is_empty()) {
             push_block(&mut out, &short_traceback(tb));
         }
-        if let Some(e) = &r.error {
-            let last = r
-                .traceback
-                .as_deref()
-                .and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()));
-            if last.map(str::trim) != Some(e.trim()) {
-                push_block(&mut out, e);
-            }
+        if let Some(e) = r.error_beyond_traceback() {
+            push_block(&mut out, e);
         }
         out.push_str(&status_sentence(r));
         out.push('\n');

@@ -189,6 +189,17 @@ impl CellResult {
     pub fn is_success(&self) -> bool {
         self.status == Status::Success
     }
+
+    /// The error line, unless the traceback already ends with it (a
+    /// rendering shows the traceback, then this).
+    pub fn error_beyond_traceback(&self) -> Option<&str> {
+        let e = self.error.as_deref()?;
+        let last = self
+            .traceback
+            .as_deref()
+            .and_then(|t| t.lines().rev().find(|l| !l.trim().is_empty()));
+        (last.map(str::trim) != Some(e.trim())).then_some(e)
+    }
 }
 
 #[cfg(test)]
