@@ -417,7 +417,7 @@ fn the_config_file_sets_the_sandbox_and_limits() {
 }
 
 /// A SIGKILLed host cannot remove its kernels' (empty) cgroup dirs: the
-/// test does, so runs leave nothing behind (see README, Known limits).
+/// test does, so runs leave nothing behind (see docs/known-limits.md).
 fn remove_cgroups(kernel_id: &str) {
     let out = Command::new("find")
         .args(["/sys/fs/cgroup", "-maxdepth", "6", "-type", "d", "-name"])

@@ -3,7 +3,7 @@
 //! Every section is optional and every key has a default, so an empty file
 //! (or no file) is a valid configuration. Unknown keys are errors: a typo
 //! must not silently fall back to a default. Each section lives in its own
-//! module next to the concept it configures; the README documents every key.
+//! module next to the concept it configures; docs/configuration.md documents every key.
 
 mod backends;
 mod history;

@@ -47,7 +47,7 @@ pub(crate) use wait::{Outcome, Stop};
 
 /// How to start kernels. `Default` gives a local kernel on `python3` from
 /// PATH (resolved once), the host's allow-listed environment, and the
-/// limits documented in the README.
+/// limits documented in docs/sandbox.md.
 #[derive(Debug, Clone)]
 pub struct KernelOptions {
     /// Interpreter path or bare name; `None` means `$CELLHOST_PYTHON` or

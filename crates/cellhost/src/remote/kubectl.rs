@@ -2,7 +2,7 @@
 //!
 //! No cluster exists in cellhost's test environment: the argv is tested
 //! as text, and the exec contract through a stand-in `kubectl` that
-//! forwards to `docker exec` (see the README).
+//! forwards to `docker exec` (see docs/remote.md).
 
 use std::path::PathBuf;
 use std::time::Duration;
