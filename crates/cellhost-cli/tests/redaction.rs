@@ -111,10 +111,18 @@ fn the_daemons_token_tool_headers_and_mcp_env_values_are_redacted_from_cells() {
     );
     let o = d.cli(&["exec", "-s", "r", &code], Some(DAEMON_TOKEN));
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
-    assert_eq!(o.status.code(), Some(0), "{out} {}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{out} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     assert_eq!(out, "[REDACTED:secret]\n".repeat(4), "{out}");
     // Code that holds them whole is redacted in the history too.
-    let o = d.cli(&["exec", "-s", "r", &format!("x = {DAEMON_TOKEN:?}")], Some(DAEMON_TOKEN));
+    let o = d.cli(
+        &["exec", "-s", "r", &format!("x = {DAEMON_TOKEN:?}")],
+        Some(DAEMON_TOKEN),
+    );
     assert_eq!(o.status.code(), Some(0));
     let o = d.cli(&["history", "r"], Some(DAEMON_TOKEN));
     let history = String::from_utf8_lossy(&o.stdout).into_owned();
@@ -134,5 +142,8 @@ fn exec_never_writes_c1_controls_to_the_terminal() {
     );
     assert_eq!(o.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&o.stdout), "ABC\n");
-    assert!(!o.stdout.windows(2).any(|w| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1])));
+    assert!(!o
+        .stdout
+        .windows(2)
+        .any(|w| w[0] == 0xc2 && (0x80..=0x9f).contains(&w[1])));
 }

@@ -223,7 +223,11 @@ mod tests {
             "a1b2c3d4e5f6g7h8i9",
             "ghp_mcp-env-value",
         ] {
-            assert!(secrets.iter().any(|s| s == value), "{value}: {}", secrets.len());
+            assert!(
+                secrets.iter().any(|s| s == value),
+                "{value}: {}",
+                secrets.len()
+            );
         }
         for value in ["application/json", "production"] {
             assert!(!secrets.iter().any(|s| s == value), "{value}");

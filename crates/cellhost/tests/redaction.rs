@@ -49,8 +49,16 @@ sys.stdout.write(" Authorization: Bearer "); sys.stdout.flush(); time.sleep(0.2)
 print("Qm9vZ2llV29vZ2llMTIzNDU2Nzg5MA")
 "#;
     let (live, r) = streamed(&k, code).await;
-    assert!(r.stdout.contains("Bearer [REDACTED:bearer]"), "{}", &r.stdout[16000..]);
-    assert!(!live.contains("Qm9vZ2ll"), "{}", &live[live.len().saturating_sub(200)..]);
+    assert!(
+        r.stdout.contains("Bearer [REDACTED:bearer]"),
+        "{}",
+        &r.stdout[16000..]
+    );
+    assert!(
+        !live.contains("Qm9vZ2ll"),
+        "{}",
+        &live[live.len().saturating_sub(200)..]
+    );
     assert_eq!(live, r.stdout);
 }
 

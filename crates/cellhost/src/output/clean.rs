@@ -129,7 +129,11 @@ pub(crate) fn strip_ansi(text: &str) -> Cow<'_, str> {
             continue;
         }
         out.push_str(&text[kept_from..i]);
-        i = if c1 { skip_c1(bytes, i) } else { skip_escape(bytes, i) };
+        i = if c1 {
+            skip_c1(bytes, i)
+        } else {
+            skip_escape(bytes, i)
+        };
         kept_from = i;
     }
     out.push_str(&text[kept_from..]);

@@ -94,11 +94,7 @@ pub(super) fn key_opens(line: &[u8]) -> bool {
 
 /// Where to cut a held line longer than the hold, and whether the cut is
 /// forced (no safe separator: the piece needs the fragment checks).
-pub(super) fn long_line_cut(
-    pending: &[u8],
-    hold_back: usize,
-    secrets: &Secrets,
-) -> (usize, bool) {
+pub(super) fn long_line_cut(pending: &[u8], hold_back: usize, secrets: &Secrets) -> (usize, bool) {
     let spans = escape_spans(pending);
     let inside = |at: usize| spans.iter().any(|&(s, e)| s < at && at < e);
     for i in (0..pending.len()).rev() {

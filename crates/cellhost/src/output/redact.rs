@@ -268,7 +268,11 @@ fn accept(text: &str, caps: &Captures<'_>) -> Result<String, usize> {
     let near_end = || end.saturating_sub(6).max(start + 1);
     let kind = kind_of(caps);
     match kind {
-        "aws_access_key" if bytes.get(end).is_some_and(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) => {
+        "aws_access_key"
+            if bytes
+                .get(end)
+                .is_some_and(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) =>
+        {
             // Part of a longer id, not an access key id.
             return Err(next().unwrap_or(text.len()));
         }
@@ -309,13 +313,15 @@ pub(crate) fn glued(bytes: &[u8], start: usize) -> bool {
 /// octal digits.
 fn ends_with_escape(before: &[u8]) -> bool {
     let n = before.len();
-    let backslash_at = |i: usize| n >= i + 1 && before[n - i - 1] == b'\\';
-    let hex = |len: usize| before.len() >= len && before[n - len..].iter().all(u8::is_ascii_hexdigit);
+    let backslash_at = |i: usize| n > i && before[n - i - 1] == b'\\';
+    let hex =
+        |len: usize| before.len() >= len && before[n - len..].iter().all(u8::is_ascii_hexdigit);
     if before.last().is_some_and(u8::is_ascii_alphabetic) && backslash_at(1) {
         return true;
     }
     for (marker, digits) in [(b'x', 2), (b'u', 4), (b'U', 8)] {
-        if hex(digits) && n > digits && before[n - digits - 1] == marker && backslash_at(digits + 1) {
+        if hex(digits) && n > digits && before[n - digits - 1] == marker && backslash_at(digits + 1)
+        {
             return true;
         }
     }
@@ -359,8 +365,8 @@ pub(crate) fn redact_cut_end(mut text: String, secrets: &Secrets) -> String {
     while let Some(caps) = PARTIAL_AT_END.captures_at(&text, from) {
         let start = caps.get(0).expect("group 0 always matches").start();
         let kind = kind_of(&caps);
-        let prose = matches!(kind, "api_key" | "stripe_key" | "bearer")
-            && glued(text.as_bytes(), start);
+        let prose =
+            matches!(kind, "api_key" | "stripe_key" | "bearer") && glued(text.as_bytes(), start);
         if prose {
             // A later fragment may still start inside this one.
             from = (start + 1..=text.len())

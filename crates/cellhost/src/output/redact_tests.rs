@@ -95,8 +95,7 @@ fn private_key_blocks_are_redacted_through_the_end_line() {
     assert_eq!(redacted(text), "before\n[REDACTED:private_key]\nafter\n");
     let pkcs8 = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----";
     assert_eq!(redacted(pkcs8), "[REDACTED:private_key]");
-    let openssh =
-        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----";
+    let openssh = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----";
     assert_eq!(redacted(openssh), "[REDACTED:private_key]");
 }
 
@@ -294,11 +293,16 @@ fn tokens_after_escapes_underscores_quotes_and_letters_are_redacted() {
     let aws = "AKIAIOSFODNN7EXAMPLE";
     let jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl";
     for token in [gh.as_str(), sk, aws, jwt, "xoxb-123456789012-abcdefABCDEF"] {
-        for before in ["\\n", "\\t", "\\r", "\\x41", "\\u00e9", "_", "'", "\"", "user", "KEY"] {
+        for before in [
+            "\\n", "\\t", "\\r", "\\x41", "\\u00e9", "_", "'", "\"", "user", "KEY",
+        ] {
             let text = format!("{before}{token} end");
             let out = redacted(&text);
             assert!(!out.contains(&token[4..14]), "{text:?} -> {out:?}");
-            assert!(out.starts_with(before) && out.contains("[REDACTED:"), "{text:?} -> {out:?}");
+            assert!(
+                out.starts_with(before) && out.contains("[REDACTED:"),
+                "{text:?} -> {out:?}"
+            );
         }
     }
 }
@@ -331,7 +335,10 @@ fn a_token_inside_rejected_prose_is_still_found() {
     let text = format!("xbearer {gh}");
     assert_eq!(redacted(&text), "xbearer [REDACTED:github_token]");
     let text = "task-management-system-bearer abc123def";
-    assert_eq!(redacted(text), "task-management-system-bearer [REDACTED:bearer]");
+    assert_eq!(
+        redacted(text),
+        "task-management-system-bearer [REDACTED:bearer]"
+    );
 }
 
 #[test]

@@ -145,13 +145,24 @@ fn a_bearer_credential_after_a_long_line_cut_at_its_last_space_is_held() {
     let (mut t, got) = tap(1_000_000, &[]);
     t.push("x".repeat(16370).as_bytes());
     t.push(b" Authorization: Bearer ");
-    assert!(!got.lock().unwrap().is_empty(), "the long line was released");
-    assert!(!joined(&got).contains("Bearer"), "{}", &joined(&got)[16000..]);
+    assert!(
+        !got.lock().unwrap().is_empty(),
+        "the long line was released"
+    );
+    assert!(
+        !joined(&got).contains("Bearer"),
+        "{}",
+        &joined(&got)[16000..]
+    );
     t.push(b"Qm9vZ2llV29vZ2llMTIzNDU2Nzg5MA\n");
     t.flush();
     let out = joined(&got);
     assert!(!out.contains("Qm9vZ2ll"), "{}", &out[16000..]);
-    assert!(out.ends_with("Authorization: Bearer [REDACTED:bearer]\n"), "{}", &out[16000..]);
+    assert!(
+        out.ends_with("Authorization: Bearer [REDACTED:bearer]\n"),
+        "{}",
+        &out[16000..]
+    );
 }
 
 #[test]
@@ -194,7 +205,11 @@ fn a_long_line_is_never_cut_inside_a_secret_value_with_spaces() {
     t.flush();
     let out = joined(&got);
     assert!(!out.contains("horse"), "{}", &out[HOLD_MAX - 10..]);
-    assert!(out.ends_with(" [REDACTED:secret] and more\n"), "{}", &out[HOLD_MAX - 10..]);
+    assert!(
+        out.ends_with(" [REDACTED:secret] and more\n"),
+        "{}",
+        &out[HOLD_MAX - 10..]
+    );
 }
 
 #[test]
@@ -206,7 +221,11 @@ fn a_private_key_begin_on_a_long_line_is_held_like_a_key_block() {
     t.flush();
     let out = joined(&got);
     assert!(!out.contains("MIIEsecret"), "{}", &out[HOLD_MAX - 10..]);
-    assert!(out.ends_with("[REDACTED:private_key]\nafter\n"), "{}", &out[HOLD_MAX - 10..]);
+    assert!(
+        out.ends_with("[REDACTED:private_key]\nafter\n"),
+        "{}",
+        &out[HOLD_MAX - 10..]
+    );
 }
 
 #[test]
@@ -219,11 +238,18 @@ fn a_token_near_the_forced_cut_of_a_separator_free_line_is_redacted_whole() {
         let head = format!("{}\\n{a}", "x".repeat(HOLD_MAX - HOLD_BACK + 10));
         t.push(head.as_bytes());
         t.push(format!("{b}{}", "y".repeat(HOLD_BACK - 20)).as_bytes());
-        assert!(!got.lock().unwrap().is_empty(), "the long line was released");
+        assert!(
+            !got.lock().unwrap().is_empty(),
+            "the long line was released"
+        );
         t.push(b"\n");
         t.flush();
         let out = joined(&got);
-        assert!(!out.contains(&token[split.max(5)..]), "{split}: {}", &out[HOLD_MAX - 300..]);
+        assert!(
+            !out.contains(&token[split.max(5)..]),
+            "{split}: {}",
+            &out[HOLD_MAX - 300..]
+        );
         assert!(out.contains("[REDACTED:github_token]"), "{split}");
     }
 }
