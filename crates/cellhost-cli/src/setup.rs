@@ -55,13 +55,16 @@ pub(crate) fn load_config(args: &HostArgs) -> Result<Config, u8> {
 /// Check the interpreter and sandbox, make the data dir, start the
 /// downstream servers and the kernel manager.
 pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
-    let opts = KernelOptions {
+    let mut opts = KernelOptions {
         python: args.python.clone(),
         // Code an agent wrote: strict unless configured.
         sandbox: config.sandbox.sandbox(args.sandbox, Profile::Strict),
         limits: config.limits.limits(),
         ..KernelOptions::default()
     };
+    // The daemon's token and the tools' credentials are never in a cell's
+    // output (nor, through `opts`, in the history's code).
+    opts.env.add_secrets(cellhost::env::config_secrets(&config));
     if let Err(e) = cellhost::Interpreter::resolve(opts.python.as_deref()) {
         eprintln!("cellhost: {e}");
         return Err(2);

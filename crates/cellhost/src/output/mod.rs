@@ -14,21 +14,25 @@
 //!    file (mode 0600, at most [`OutputLimits::spill_cap_bytes`]), so the
 //!    full text can be handed back ([`Captured::full`]) for the caller to
 //!    keep with the session. The raw file itself is temporary.
-//! 3. **Clean** ([`Cleaner`]): lossy UTF-8 decode, ANSI escape strip, then
-//!    secret redaction (known token formats, private-key blocks, `Bearer …`
-//!    and the exact values of secrets the host scrubbed from the child's
-//!    environment). Head and tail are cleaned separately so the marker
+//! 3. **Clean** ([`Cleaner`]): lossy UTF-8 decode, ANSI escape strip (7-bit
+//!    `ESC` sequences and the C1 controls U+0080–U+009F), then secret
+//!    redaction (known token formats wherever they start, private-key
+//!    blocks, `Bearer …` and the exact values of the host's secrets: those
+//!    it scrubbed from the child's environment, the daemon's token, tool
+//!    credentials). docs/security-redaction.md has the whole picture. Head and tail are cleaned separately so the marker
 //!    between them is never touched, and the words that straddle a cut are
 //!    checked for partial secrets.
 //!
 //! Cleaning happens once, when a cell finishes ([`Capture::finish`]); while
 //! the cell runs only raw bytes are kept, unless a caller streams the
 //! output: then a [`stream::LineTap`] on the capture cleans and sends it
-//! line by line.
+//! line by line, never cutting where a secret could straddle the cut
+//! (`hold.rs`).
 
 mod capture;
 mod clean;
 pub(crate) mod finish;
+mod hold;
 mod redact;
 pub mod stream;
 

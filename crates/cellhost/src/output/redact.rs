@@ -9,9 +9,18 @@
 //!   JWTs, PEM private-key blocks (through the END line, or through the end
 //!   of the text when END is missing) and `Bearer <token>` (the word
 //!   `Bearer` is kept).
-//! - **Exact values** of secrets the host scrubbed from the child's
-//!   environment ([`Secrets`]), matched by a literal alternation compiled
-//!   once per kernel.
+//! - **Exact values** of secrets the host knows ([`Secrets`]: the env
+//!   secrets it scrubbed, the daemon's token, tool credentials), matched
+//!   by a literal alternation compiled once per kernel.
+//!
+//! Tokens are found wherever they start, not only at a word boundary: in
+//! `repr` and JSON text a token follows the letter of an escape (`\nghp_…`),
+//! and code glues names to values (`KEY_ghp_…`). Formats whose prefix is
+//! distinctive (`ghp_`, `AKIA`, `eyJ…`, `xoxb-`, `AIza`) match anywhere.
+//! The two whose prefix occurs in prose (`sk-` in "task-list", `bearer` in
+//! "cupbearer") are judged by what precedes them ([`glued`]): after a
+//! letter or digit that is not an escape's, `sk-…` must look random (a
+//! digit or a capital) and `Bearer` is a word, not a credential.
 //!
 //! Text without any candidate costs one literal-prefiltered scan per regex
 //! and no allocation (the common output is `"1\n"`).
@@ -21,7 +30,9 @@
 //! and [`redact_cut_start`] handle the text on either side of a cut: a
 //! trailing fragment that starts like a known token or like a secret value,
 //! and a leading fragment that ends like a secret value, the rest of a JWT,
-//! or the body of a private key whose BEGIN line was cut.
+//! or the body of a private key whose BEGIN line was cut. The live tap
+//! (`stream.rs`) instead never cuts where a secret could straddle
+//! (`hold.rs`).
 
 use std::borrow::Cow;
 use std::sync::LazyLock;
@@ -41,21 +52,21 @@ const MIN_FRAGMENT_LEN: usize = 4;
 const CUT_END_WINDOW: usize = 512;
 
 /// All known token formats, leftmost-first: a private-key block is consumed
-/// whole before any token inside it could match on its own. `(?-u:\b)` is
-/// an ASCII word boundary, which keeps the fast DFA engines usable on
-/// non-ASCII text.
+/// whole before any token inside it could match on its own. No pattern is
+/// anchored at a word boundary (see the module docs); what precedes a
+/// match is judged in [`accept`].
 static KNOWN: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
         r"(?P<private_key>-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----(?s:.*?)",
         r"(?:-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----|\z))",
-        r"|(?P<aws_access_key>(?-u:\b)(?:AKIA|ASIA)[A-Z0-9]{16}(?-u:\b))",
-        r"|(?P<github_token>(?-u:\b)(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{20,}))",
-        r"|(?P<api_key>(?-u:\b)sk-[A-Za-z0-9_\-]{20,})",
-        r"|(?P<stripe_key>(?-u:\b)[rs]k_(?:live|test)_[A-Za-z0-9]{16,})",
-        r"|(?P<slack_token>(?-u:\b)xox[abposr]-[A-Za-z0-9\-]{10,})",
-        r"|(?P<google_api_key>(?-u:\b)AIza[0-9A-Za-z_\-]{35,})",
-        r"|(?P<jwt>(?-u:\b)eyJ[A-Za-z0-9_\-]+\.eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*)",
-        r"|(?P<bearer>(?P<bearer_word>(?-u:\b)(?i:bearer)[ \t]+)[A-Za-z0-9\-._~+/]{6,}=*)",
+        r"|(?P<aws_access_key>(?:AKIA|ASIA)[A-Z0-9]{16})",
+        r"|(?P<github_token>gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{20,})",
+        r"|(?P<api_key>sk-[A-Za-z0-9_\-]{20,})",
+        r"|(?P<stripe_key>[rs]k_(?:live|test)_[A-Za-z0-9]{16,})",
+        r"|(?P<slack_token>xox[abposr]-[A-Za-z0-9\-]{10,})",
+        r"|(?P<google_api_key>AIza[0-9A-Za-z_\-]{35,})",
+        r"|(?P<jwt>eyJ[A-Za-z0-9_\-]+\.eyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*)",
+        r"|(?P<bearer>(?P<bearer_word>(?i:bearer)[ \t]+)[A-Za-z0-9\-._~+/]{6,}=*)",
     ))
     .expect("the known-token regex is valid")
 });
@@ -74,17 +85,17 @@ const KINDS: &[&str] = &[
 ];
 
 /// A trailing fragment that starts like a known token: what is left in the
-/// head when a cut falls inside one.
+/// head when a cut falls inside one. Judged by [`glued`] like [`KNOWN`].
 static PARTIAL_AT_END: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(concat!(
-        r"(?:(?P<aws_access_key>(?-u:\b)(?:AKIA|ASIA)[A-Z0-9]*)",
-        r"|(?P<github_token>(?-u:\b)(?:gh[pousr]_[A-Za-z0-9]*|github_pat_[A-Za-z0-9_]*))",
-        r"|(?P<api_key>(?-u:\b)sk-[A-Za-z0-9_\-]*)",
-        r"|(?P<stripe_key>(?-u:\b)[rs]k_(?:live|test)_[A-Za-z0-9]*)",
-        r"|(?P<slack_token>(?-u:\b)xox[abposr]-[A-Za-z0-9\-]*)",
-        r"|(?P<google_api_key>(?-u:\b)AIza[0-9A-Za-z_\-]*)",
-        r"|(?P<jwt>(?-u:\b)eyJ[A-Za-z0-9_\-.]*)",
-        r"|(?P<bearer>(?P<bearer_word>(?-u:\b)(?i:bearer)[ \t]+)[A-Za-z0-9\-._~+/]+=*))\z",
+        r"(?:(?P<aws_access_key>(?:AKIA|ASIA)[A-Z0-9]*)",
+        r"|(?P<github_token>(?:gh[pousr]_[A-Za-z0-9]*|github_pat_[A-Za-z0-9_]*))",
+        r"|(?P<api_key>sk-[A-Za-z0-9_\-]*)",
+        r"|(?P<stripe_key>[rs]k_(?:live|test)_[A-Za-z0-9]*)",
+        r"|(?P<slack_token>xox[abposr]-[A-Za-z0-9\-]*)",
+        r"|(?P<google_api_key>AIza[0-9A-Za-z_\-]*)",
+        r"|(?P<jwt>eyJ[A-Za-z0-9_\-.]*)",
+        r"|(?P<bearer>(?P<bearer_word>(?i:bearer)[ \t]+)[A-Za-z0-9\-._~+/]+=*))\z",
     ))
     .expect("the partial-token regex is valid")
 });
@@ -109,6 +120,9 @@ pub(crate) struct Secrets {
     /// Distinct values of at least [`MIN_SECRET_LEN`] bytes, longest first,
     /// so that a secret containing another is redacted whole.
     values: Vec<String>,
+    /// Indexes into `values` of the values holding a line break: the only
+    /// ones a cut at a line end can split.
+    multi_line: Vec<usize>,
     /// One literal alternation over `values`; `None` when there are none,
     /// or (never in practice) when it is too large for the regex engine, in
     /// which case `values` are replaced one by one.
@@ -131,6 +145,9 @@ impl Secrets {
             .collect();
         values.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         values.dedup();
+        let multi_line = (0..values.len())
+            .filter(|&i| values[i].contains(['\n', '\r']))
+            .collect();
         let regex = if values.is_empty() {
             None
         } else {
@@ -144,7 +161,11 @@ impl Secrets {
                 .build()
                 .ok()
         };
-        Secrets { values, regex }
+        Secrets {
+            values,
+            multi_line,
+            regex,
+        }
     }
 
     fn redact_exact<'a>(&self, text: &'a str) -> Cow<'a, str> {
@@ -162,6 +183,34 @@ impl Secrets {
         }
         out
     }
+
+    /// How far before a cut between `before` and `after` a secret value
+    /// could start and still cross the cut: the longest proper prefix of a
+    /// value that `before` ends with and that `after` agrees with so far
+    /// (`after` is a prefix of the value's rest, or the rest of `after`).
+    /// `None`: no value can straddle this cut.
+    pub(crate) fn straddle(&self, before: &[u8], after: &[u8]) -> Option<usize> {
+        let last = *before.last()?;
+        let check = |value: &str| {
+            let value = value.as_bytes();
+            (1..value.len())
+                .rev()
+                .filter(|&k| value[k - 1] == last)
+                .find(|&k| {
+                    let rest = &value[k..];
+                    before.ends_with(&value[..k])
+                        && (after.starts_with(rest) || rest.starts_with(after))
+                })
+        };
+        if last == b'\n' || last == b'\r' {
+            self.multi_line
+                .iter()
+                .filter_map(|&i| check(&self.values[i]))
+                .max()
+        } else {
+            self.values.iter().filter_map(|v| check(v)).max()
+        }
+    }
 }
 
 /// Replaces every secret in `text`: exact values first (they are the most
@@ -177,19 +226,116 @@ pub(crate) fn redact<'a>(text: &'a str, secrets: &Secrets) -> Cow<'a, str> {
 }
 
 fn redact_known(text: &str) -> Cow<'_, str> {
-    KNOWN.replace_all(text, |caps: &Captures<'_>| {
-        let whole = caps.get(0).map_or("", |m| m.as_str());
-        let kind = kind_of(caps);
-        if kind == "bearer" {
-            let word = caps.name("bearer_word").map_or("", |m| m.as_str());
-            let token = &whole[word.len()..];
-            if !looks_like_a_token(token) {
-                return whole.to_string();
+    let mut out: Option<String> = None;
+    let mut kept = 0;
+    let mut at = 0;
+    while at < text.len() {
+        let Some(caps) = KNOWN.captures_at(text, at) else {
+            break;
+        };
+        let whole = caps.get(0).expect("group 0 always matches");
+        match accept(text, &caps) {
+            Ok(replacement) => {
+                let out = out.get_or_insert_with(|| String::with_capacity(text.len()));
+                out.push_str(&text[kept..whole.start()]);
+                out.push_str(&replacement);
+                kept = whole.end();
+                at = whole.end();
             }
-            return format!("{word}[REDACTED:bearer]");
+            Err(resume) => at = resume,
         }
-        format!("[REDACTED:{kind}]")
+    }
+    match out {
+        None => Cow::Borrowed(text),
+        Some(mut out) => {
+            out.push_str(&text[kept..]);
+            Cow::Owned(out)
+        }
+    }
+}
+
+/// The replacement of one [`KNOWN`] match, or (`Err`) where to look next
+/// when the match is not a token after all.
+fn accept(text: &str, caps: &Captures<'_>) -> Result<String, usize> {
+    let whole = caps.get(0).expect("group 0 always matches");
+    let (start, end) = (whole.start(), whole.end());
+    let bytes = text.as_bytes();
+    // The next character boundary: where a rejected match's scan resumes
+    // when a token could start inside it.
+    let next = || (start + 1..=text.len()).find(|&i| text.is_char_boundary(i));
+    // A rejected `sk-`-style run is made of letters, `-` and `_`: no token
+    // starts inside it but a `bearer` at its very end.
+    let near_end = || end.saturating_sub(6).max(start + 1);
+    let kind = kind_of(caps);
+    match kind {
+        "aws_access_key"
+            if bytes
+                .get(end)
+                .is_some_and(|b| b.is_ascii_uppercase() || b.is_ascii_digit()) =>
+        {
+            // Part of a longer id, not an access key id.
+            return Err(next().unwrap_or(text.len()));
+        }
+        "api_key" | "stripe_key" if glued(bytes, start) && !looks_random(whole.as_str()) => {
+            return Err(near_end());
+        }
+        "bearer" => {
+            if glued(bytes, start) {
+                return Err(next().unwrap_or(text.len()));
+            }
+            let word = caps.name("bearer_word").map_or("", |m| m.as_str());
+            let token = &whole.as_str()[word.len()..];
+            if !looks_like_a_token(token) {
+                return Err(end);
+            }
+            return Ok(format!("{word}[REDACTED:bearer]"));
+        }
+        _ => {}
+    }
+    Ok(format!("[REDACTED:{kind}]"))
+}
+
+/// `true` when the match at `start` is glued to a letter or digit before
+/// it that does not end an escape (`\n`, `\t`, `\x41`, `\u00e9`, `\101`):
+/// inside a word, where `sk-` and `bearer` are more often prose.
+pub(crate) fn glued(bytes: &[u8], start: usize) -> bool {
+    let Some(&prev) = start.checked_sub(1).and_then(|i| bytes.get(i)) else {
+        return false;
+    };
+    if !prev.is_ascii_alphanumeric() {
+        return false;
+    }
+    !ends_with_escape(&bytes[..start])
+}
+
+/// `true` when `before` ends with a backslash escape: `\` and a letter,
+/// `\x` and two hex digits, `\u` and four, `\U` and eight, or up to three
+/// octal digits.
+fn ends_with_escape(before: &[u8]) -> bool {
+    let n = before.len();
+    let backslash_at = |i: usize| n > i && before[n - i - 1] == b'\\';
+    let hex =
+        |len: usize| before.len() >= len && before[n - len..].iter().all(u8::is_ascii_hexdigit);
+    if before.last().is_some_and(u8::is_ascii_alphabetic) && backslash_at(1) {
+        return true;
+    }
+    for (marker, digits) in [(b'x', 2), (b'u', 4), (b'U', 8)] {
+        if hex(digits) && n > digits && before[n - digits - 1] == marker && backslash_at(digits + 1)
+        {
+            return true;
+        }
+    }
+    (1..=3).any(|len| {
+        n > len && before[n - len..].iter().all(|b| (b'0'..=b'7').contains(b)) && backslash_at(len)
     })
+}
+
+/// A real key is random: somewhere a digit or a capital letter. Prose
+/// glued to `sk-` ("task-management-system-overview") has neither.
+fn looks_random(token: &str) -> bool {
+    token
+        .bytes()
+        .any(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
 }
 
 /// Prose such as "Bearer authentication" is not a credential: a token has
@@ -210,20 +356,30 @@ fn kind_of(caps: &Captures<'_>) -> &'static str {
 /// token format's start, or the start of a secret value
 /// ([`MIN_FRAGMENT_LEN`] bytes or more).
 pub(crate) fn redact_cut_end(mut text: String, secrets: &Secrets) -> String {
-    let mut window_start = text.len().saturating_sub(CUT_END_WINDOW);
-    while !text.is_char_boundary(window_start) {
-        window_start += 1;
+    let mut from = text.len().saturating_sub(CUT_END_WINDOW);
+    while !text.is_char_boundary(from) {
+        from += 1;
     }
-    // `captures_at` still sees the text before the window, so `\b` at
-    // the window's start means a real word boundary.
-    if let Some(caps) = PARTIAL_AT_END.captures_at(&text, window_start) {
+    // `captures_at` sees the text before `from`, so what precedes a
+    // fragment is judged as in the whole text.
+    while let Some(caps) = PARTIAL_AT_END.captures_at(&text, from) {
         let start = caps.get(0).expect("group 0 always matches").start();
         let kind = kind_of(&caps);
+        let prose =
+            matches!(kind, "api_key" | "stripe_key" | "bearer") && glued(text.as_bytes(), start);
+        if prose {
+            // A later fragment may still start inside this one.
+            from = (start + 1..=text.len())
+                .find(|&i| text.is_char_boundary(i))
+                .unwrap_or(text.len());
+            continue;
+        }
         let replacement = match caps.name("bearer_word") {
             Some(word) => format!("{}[REDACTED:{kind}]", word.as_str()),
             None => format!("[REDACTED:{kind}]"),
         };
         text.replace_range(start.., &replacement);
+        break;
     }
 
     let bytes = text.as_bytes();
@@ -282,277 +438,5 @@ pub(crate) fn redact_cut_start(mut text: String, secrets: &Secrets) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn none() -> Secrets {
-        Secrets::new(Vec::new())
-    }
-
-    fn redacted(text: &str) -> String {
-        redact(text, &none()).into_owned()
-    }
-
-    #[test]
-    fn aws_access_key_ids_are_redacted() {
-        assert_eq!(
-            redacted("key=AKIAIOSFODNN7EXAMPLE rest"),
-            "key=[REDACTED:aws_access_key] rest"
-        );
-        assert_eq!(
-            redacted("ASIAY34FZKBOKMUTVV7A"),
-            "[REDACTED:aws_access_key]"
-        );
-    }
-
-    #[test]
-    fn github_tokens_are_redacted() {
-        let classic = format!("ghp_{}", "a1B2c3D4e5".repeat(4));
-        assert_eq!(
-            redacted(&format!("token: {classic}\n")),
-            "token: [REDACTED:github_token]\n"
-        );
-        for prefix in ["gho_", "ghu_", "ghs_", "ghr_"] {
-            let token = format!("{prefix}{}", "Z9y8X7w6V5".repeat(4));
-            assert_eq!(redacted(&token), "[REDACTED:github_token]", "{prefix}");
-        }
-        let fine_grained = format!(
-            "github_pat_11ABCDEFG0{}_{}",
-            "x".repeat(12),
-            "Yz9".repeat(20)
-        );
-        assert_eq!(redacted(&fine_grained), "[REDACTED:github_token]");
-    }
-
-    #[test]
-    fn sk_api_keys_are_redacted_including_project_and_anthropic_keys() {
-        for key in [
-            "sk-abcdefghijklmnopqrstuvwxyz0123456789ABCD",
-            "sk-proj-Ab3dEf6hIj9lMn2pQr5tUv8xYz1-_cd4",
-            "sk-ant-api03-Qw3rTy-Ui0pAs_Df9gHj8kLz7xCv6bNm5-AAAA",
-        ] {
-            assert_eq!(
-                redacted(&format!("OPENAI={key};")),
-                "OPENAI=[REDACTED:api_key];",
-                "{key}"
-            );
-        }
-    }
-
-    #[test]
-    fn stripe_keys_are_redacted() {
-        assert_eq!(
-            redacted("sk_live_51H8abcdEFGHijklMNOP"),
-            "[REDACTED:stripe_key]"
-        );
-    }
-
-    #[test]
-    fn slack_tokens_are_redacted() {
-        for token in [
-            "xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx",
-            "xoxp-1234-5678-abcdef",
-            "xoxa-2-abcdef123456",
-        ] {
-            assert_eq!(redacted(token), "[REDACTED:slack_token]", "{token}");
-        }
-    }
-
-    #[test]
-    fn google_api_keys_are_redacted() {
-        let key = format!("AIza{}", "SyA1b2C3d4E5f6G7h8I9j0K_L-m3N4o5P6q"); // 35 after AIza
-        assert_eq!(key.len(), 39);
-        assert_eq!(redacted(&format!("k={key}")), "k=[REDACTED:google_api_key]");
-    }
-
-    #[test]
-    fn jwts_are_redacted() {
-        let jwt = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.dozjgNryP4J3jVmNHl0w5N_XgL0n3I9PlFUP0THsR8U";
-        assert_eq!(
-            redacted(&format!("id_token={jwt}\n")),
-            "id_token=[REDACTED:jwt]\n"
-        );
-    }
-
-    #[test]
-    fn private_key_blocks_are_redacted_through_the_end_line() {
-        let text = "before\n-----BEGIN RSA PRIVATE KEY-----\nMIIEpAIBAAKCAQEA\nabc+/=\n-----END RSA PRIVATE KEY-----\nafter\n";
-        assert_eq!(redacted(text), "before\n[REDACTED:private_key]\nafter\n");
-        let pkcs8 = "-----BEGIN PRIVATE KEY-----\nMIIE\n-----END PRIVATE KEY-----";
-        assert_eq!(redacted(pkcs8), "[REDACTED:private_key]");
-        let openssh =
-            "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbn\n-----END OPENSSH PRIVATE KEY-----";
-        assert_eq!(redacted(openssh), "[REDACTED:private_key]");
-    }
-
-    #[test]
-    fn a_private_key_block_without_end_is_redacted_to_the_end_of_the_text() {
-        let text = "key:\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEI\nmore lines\n";
-        assert_eq!(redacted(text), "key:\n[REDACTED:private_key]");
-    }
-
-    #[test]
-    fn public_keys_and_certificates_are_left_alone() {
-        let text = "-----BEGIN PUBLIC KEY-----\nMFkwEw\n-----END PUBLIC KEY-----\n-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
-        assert_eq!(redacted(text), text);
-    }
-
-    #[test]
-    fn bearer_tokens_are_redacted_keeping_the_word_bearer() {
-        assert_eq!(
-            redacted("Authorization: Bearer abc123.def-456_ghi"),
-            "Authorization: Bearer [REDACTED:bearer]"
-        );
-        assert_eq!(
-            redacted("authorization: bearer 0123456789abcdef=="),
-            "authorization: bearer [REDACTED:bearer]"
-        );
-        assert_eq!(
-            redacted("BEARER\tdGhpcyBpcyBhIHRva2Vu"),
-            "BEARER\t[REDACTED:bearer]"
-        );
-        assert_eq!(redacted("Bearer hunter2"), "Bearer [REDACTED:bearer]");
-    }
-
-    #[test]
-    fn a_jwt_after_bearer_is_redacted_once() {
-        let text = "Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl";
-        assert_eq!(redacted(text), "Bearer [REDACTED:bearer]");
-    }
-
-    #[test]
-    fn normal_text_is_untouched() {
-        for text in [
-            "1\n",
-            "",
-            "sky-high risk-free task-management-system-overview-thing",
-            "Bearer",
-            "the Bearer token goes in a header",
-            "use Bearer authentication for this endpoint",
-            "Bearer tokens expire; Bearer:",
-            "Authorization: Bearer $TOKEN",
-            "AKIA is a prefix; AKIAshort; AKIAIOSFODNN7EXAMPLEX2",
-            "ghp_short gho_ github_pat_",
-            "eyJhbGciOiJIUzI1NiJ9 alone is just base64",
-            "xoxb- nothing",
-            "AIzaShort",
-            "disk-space-usage-is-fine-today ok",
-            "naïve café ünïcödé — 日本語",
-            "Traceback (most recent call last):\n  File \"<cell>\", line 1\nZeroDivisionError: division by zero\n",
-        ] {
-            assert_eq!(redacted(text), text, "{text:?}");
-        }
-    }
-
-    #[test]
-    fn text_without_candidates_is_borrowed() {
-        assert!(matches!(redact("1\n", &none()), Cow::Borrowed(_)));
-        let secrets = Secrets::new(vec!["hunter2hunter2".to_string()]);
-        assert!(matches!(redact("x = 1\n", &secrets), Cow::Borrowed(_)));
-    }
-
-    #[test]
-    fn exact_secret_values_are_redacted() {
-        let secrets = Secrets::new(vec!["s3cr3t-v4lue!".to_string()]);
-        assert_eq!(
-            redact("db password is s3cr3t-v4lue! ok", &secrets),
-            "db password is [REDACTED:secret] ok"
-        );
-    }
-
-    #[test]
-    fn exact_secret_values_with_regex_metacharacters_are_matched_literally() {
-        let secrets = Secrets::new(vec!["a.b*c+d?(e)[f]".to_string()]);
-        assert_eq!(redact("xa.b*c+d?(e)[f]x", &secrets), "x[REDACTED:secret]x");
-        assert_eq!(redact("aXbbbcdde", &secrets), "aXbbbcdde");
-    }
-
-    #[test]
-    fn secret_values_shorter_than_eight_bytes_are_ignored() {
-        let secrets = Secrets::new(vec!["1234567".to_string(), "true".to_string()]);
-        assert_eq!(redact("1234567 true", &secrets), "1234567 true");
-    }
-
-    #[test]
-    fn the_longest_of_overlapping_secret_values_wins() {
-        let secrets = Secrets::new(vec!["abcdefgh".to_string(), "abcdefgh-ijkl".to_string()]);
-        assert_eq!(redact("abcdefgh-ijkl", &secrets), "[REDACTED:secret]");
-    }
-
-    #[test]
-    fn debug_output_never_shows_secret_values() {
-        let secrets = Secrets::new(vec!["correct-horse-battery".to_string()]);
-        let shown = format!("{secrets:?}");
-        assert!(!shown.contains("correct-horse"), "{shown}");
-        assert!(shown.contains("values: 1"), "{shown}");
-    }
-
-    #[test]
-    fn a_known_token_start_before_a_cut_is_redacted() {
-        let s = redact_cut_end("x = ghp_abc12".to_string(), &none());
-        assert_eq!(s, "x = [REDACTED:github_token]");
-        let s = redact_cut_end("Authorization: Bearer abc".to_string(), &none());
-        assert_eq!(s, "Authorization: Bearer [REDACTED:bearer]");
-        let s = redact_cut_end("token AKIAIOSF".to_string(), &none());
-        assert_eq!(s, "token [REDACTED:aws_access_key]");
-    }
-
-    #[test]
-    fn the_fragment_window_respects_word_boundaries_before_it() {
-        // The 512-byte window starts on an "s" inside one long word: that
-        // "sk-" does not start a token.
-        let inside_a_word = format!("x{}", "sk-a".repeat(200));
-        assert_eq!(
-            redact_cut_end(inside_a_word.clone(), &none()),
-            inside_a_word
-        );
-    }
-
-    #[test]
-    fn ordinary_text_before_a_cut_is_kept() {
-        for text in ["done\n", "risk-", "sky", "Bearer", "Bearer ", "aaaa"] {
-            assert_eq!(redact_cut_end(text.to_string(), &none()), text);
-        }
-    }
-
-    #[test]
-    fn the_start_of_a_secret_value_before_a_cut_is_redacted() {
-        let secrets = Secrets::new(vec!["Zq8-supersecret-value".to_string()]);
-        let s = redact_cut_end("PASSWORD=Zq8-sup".to_string(), &secrets);
-        assert_eq!(s, "PASSWORD=[REDACTED:secret]");
-        let s = redact_cut_end("PASSWORD=Zq8".to_string(), &secrets);
-        assert_eq!(s, "PASSWORD=Zq8", "three bytes give away little");
-    }
-
-    #[test]
-    fn the_end_of_a_secret_value_after_a_cut_is_redacted() {
-        let secrets = Secrets::new(vec!["Zq8-supersecret-value".to_string()]);
-        let s = redact_cut_start("cret-value and more".to_string(), &secrets);
-        assert_eq!(s, "[REDACTED:secret] and more");
-    }
-
-    #[test]
-    fn a_private_key_whose_begin_was_cut_is_redacted_through_its_end() {
-        let s = redact_cut_start(
-            "Zm9vYmFy\nYmF6\n-----END RSA PRIVATE KEY-----\nnext\n".to_string(),
-            &none(),
-        );
-        assert_eq!(s, "[REDACTED:private_key]\nnext\n");
-    }
-
-    #[test]
-    fn a_jwt_whose_start_was_cut_is_redacted() {
-        let s = redact_cut_start(
-            "NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxIn0.sig_nature rest".to_string(),
-            &none(),
-        );
-        assert_eq!(s, "[REDACTED:jwt] rest");
-    }
-
-    #[test]
-    fn ordinary_text_after_a_cut_is_kept() {
-        for text in ["lue\n", "3.14 is pi", "-----END CERTIFICATE-----", "a.b"] {
-            assert_eq!(redact_cut_start(text.to_string(), &none()), text);
-        }
-    }
-}
+#[path = "redact_tests.rs"]
+mod tests;

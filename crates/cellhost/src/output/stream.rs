@@ -11,9 +11,12 @@
 //!   held until the END line, then cleaned as one block (a block that
 //!   grows past [`KEY_HOLD_MAX`] is released as one redaction and the rest
 //!   of it is dropped);
+//! - never where a secret could straddle the cut (`hold.rs`): a line end
+//!   inside a multi-line secret value waits for the value's next line;
 //! - a line longer than [`HOLD_MAX`] without a newline is released up to
-//!   its last space or tab; without one, all but its last [`HOLD_BACK`]
-//!   bytes.
+//!   its last separator that no secret can straddle (not the space after
+//!   `Bearer`, not inside a secret value); without one, all but its last
+//!   [`HOLD_BACK`] bytes, cut before a token that starts near there.
 //!
 //! Streaming is bounded: after `budget` raw bytes (the per-cell cap) the
 //! tap sends one line saying it stopped; the cell result still has the
@@ -22,6 +25,7 @@
 
 use super::clean::{Cleaner, Edges};
 use super::group_digits;
+use super::hold;
 
 /// Longest text held waiting for a newline.
 pub const HOLD_MAX: usize = 16 * 1024;
@@ -53,6 +57,9 @@ pub struct LineTap {
     /// A key block overflowed: drop lines until its END line.
     dropping_key: bool,
     stopped: bool,
+    /// The last release was a forced cut inside a run of token characters:
+    /// the next piece starts after a cut.
+    after_cut: bool,
 }
 
 impl std::fmt::Debug for LineTap {
@@ -80,6 +87,7 @@ impl LineTap {
             in_key: false,
             dropping_key: false,
             stopped: false,
+            after_cut: false,
         }
     }
 
@@ -96,7 +104,15 @@ impl LineTap {
             self.drain_front(release);
             return;
         }
+        let release = hold::settle(&self.pending, release, self.cleaner.secrets());
         self.release(release);
+        if !self.in_key
+            && self.pending.len() > HOLD_MAX
+            && hold::key_opens(&self.pending[self.line_start..])
+        {
+            // A BEGIN marker on a long line: held like a key block.
+            self.in_key = true;
+        }
         if self.in_key && self.pending.len() > KEY_HOLD_MAX {
             // The cleaner redacts an unterminated block through the end.
             let held = std::mem::take(&mut self.pending);
@@ -104,20 +120,15 @@ impl LineTap {
             self.send(&held);
             self.dropping_key = true;
         } else if !self.in_key && self.pending.len() > HOLD_MAX {
-            let at = match self.pending.iter().rposition(|&b| b == b' ' || b == b'\t') {
-                Some(i) => i + 1,
-                // No space: keep the last HOLD_BACK bytes (at a character
-                // boundary) so a secret the next read completes is cleaned
-                // in one piece.
-                None => {
-                    let mut at = self.pending.len() - HOLD_BACK;
-                    while at > 0 && self.pending[at] & 0xC0 == 0x80 {
-                        at -= 1;
-                    }
-                    at
-                }
-            };
-            self.release(at);
+            let (at, forced) =
+                hold::long_line_cut(&self.pending, HOLD_BACK, self.cleaner.secrets());
+            if forced && at > 0 {
+                let chunk = self.drain_front(at);
+                self.send_part(&chunk, true);
+                self.after_cut = true;
+            } else if !forced {
+                self.release(at);
+            }
         }
     }
 
@@ -195,12 +206,21 @@ impl LineTap {
     }
 
     fn send(&mut self, raw: &[u8]) {
+        self.send_part(raw, false);
+    }
+
+    /// Clean and emit `raw`; `cut_after`: a forced cut follows it.
+    fn send_part(&mut self, raw: &[u8], cut_after: bool) {
         if self.stopped || raw.is_empty() {
             return;
         }
         if raw.len() <= self.budget {
             self.budget -= raw.len();
-            let text = self.cleaner.clean(raw);
+            let edges = Edges {
+                cut_before: std::mem::take(&mut self.after_cut),
+                cut_after,
+            };
+            let text = self.cleaner.clean_part(raw, edges);
             if !text.is_empty() {
                 (self.emit)(text);
             }

@@ -140,12 +140,137 @@ fn carriage_returns_end_a_line_for_progress_bars() {
     assert_eq!(joined(&got), "10%\r20%\r");
 }
 
+#[test]
+fn a_bearer_credential_after_a_long_line_cut_at_its_last_space_is_held() {
+    let (mut t, got) = tap(1_000_000, &[]);
+    t.push("x".repeat(16370).as_bytes());
+    t.push(b" Authorization: Bearer ");
+    assert!(
+        !got.lock().unwrap().is_empty(),
+        "the long line was released"
+    );
+    assert!(
+        !joined(&got).contains("Bearer"),
+        "{}",
+        &joined(&got)[16000..]
+    );
+    t.push(b"Qm9vZ2llV29vZ2llMTIzNDU2Nzg5MA\n");
+    t.flush();
+    let out = joined(&got);
+    assert!(!out.contains("Qm9vZ2ll"), "{}", &out[16000..]);
+    assert!(
+        out.ends_with("Authorization: Bearer [REDACTED:bearer]\n"),
+        "{}",
+        &out[16000..]
+    );
+}
+
+#[test]
+fn a_bearer_credential_behind_an_escape_sequence_is_held_too() {
+    let (mut t, got) = tap(1_000_000, &[]);
+    t.push("x".repeat(16370).as_bytes());
+    t.push(b" \x1b[1mBearer\x1b[0m ");
+    t.push(b"Qm9vZ2llV29vZ2llMTIzNDU2Nzg5MA\n");
+    t.flush();
+    let out = joined(&got);
+    assert!(!out.contains("Qm9vZ2ll"), "{}", &out[16000..]);
+}
+
+#[test]
+fn a_multi_line_secret_printed_line_by_line_is_held_until_it_is_whole() {
+    let secret = "first-line-of-it\nsecond-line-of-it";
+    let (mut t, got) = tap(100_000, &[secret]);
+    t.push(b"before\nfirst-line-of-it\n");
+    assert_eq!(joined(&got), "before\n");
+    t.push(b"second-line-of-it\nafter\n");
+    assert_eq!(joined(&got), "before\n[REDACTED:secret]\nafter\n");
+}
+
+#[test]
+fn a_line_that_only_starts_like_a_multi_line_secret_is_released_with_the_next() {
+    let secret = "first-line-of-it\nsecond-line-of-it";
+    let (mut t, got) = tap(100_000, &[secret]);
+    t.push(b"first-line-of-it\n");
+    assert_eq!(joined(&got), "");
+    t.push(b"something else\n");
+    assert_eq!(joined(&got), "first-line-of-it\nsomething else\n");
+}
+
+#[test]
+fn a_long_line_is_never_cut_inside_a_secret_value_with_spaces() {
+    let secret = "correct horse battery staple";
+    let (mut t, got) = tap(1_000_000, &[secret]);
+    t.push(format!("{} correct horse battery ", "x".repeat(HOLD_MAX)).as_bytes());
+    t.push(b"staple and more\n");
+    t.flush();
+    let out = joined(&got);
+    assert!(!out.contains("horse"), "{}", &out[HOLD_MAX - 10..]);
+    assert!(
+        out.ends_with(" [REDACTED:secret] and more\n"),
+        "{}",
+        &out[HOLD_MAX - 10..]
+    );
+}
+
+#[test]
+fn a_private_key_begin_on_a_long_line_is_held_like_a_key_block() {
+    let (mut t, got) = tap(1_000_000, &[]);
+    t.push(format!("{} -----BEGIN RSA PRIVATE KEY----- ", "x".repeat(HOLD_MAX)).as_bytes());
+    t.push(b"MIIEsecret body ".repeat(100).as_slice());
+    t.push(b"-----END RSA PRIVATE KEY-----\nafter\n");
+    t.flush();
+    let out = joined(&got);
+    assert!(!out.contains("MIIEsecret"), "{}", &out[HOLD_MAX - 10..]);
+    assert!(
+        out.ends_with("[REDACTED:private_key]\nafter\n"),
+        "{}",
+        &out[HOLD_MAX - 10..]
+    );
+}
+
+#[test]
+fn a_token_near_the_forced_cut_of_a_separator_free_line_is_redacted_whole() {
+    let token = "ghp_abcdefghijklmnopqrstuvwxyz0123456789AB";
+    for split in [1, 2, 3, 4, 20] {
+        let (mut t, got) = tap(1_000_000, &[]);
+        let (a, b) = token.split_at(split);
+        // The cut falls HOLD_BACK bytes before the end: inside the token.
+        let head = format!("{}\\n{a}", "x".repeat(HOLD_MAX - HOLD_BACK + 10));
+        t.push(head.as_bytes());
+        t.push(format!("{b}{}", "y".repeat(HOLD_BACK - 20)).as_bytes());
+        assert!(
+            !got.lock().unwrap().is_empty(),
+            "the long line was released"
+        );
+        t.push(b"\n");
+        t.flush();
+        let out = joined(&got);
+        assert!(
+            !out.contains(&token[split.max(5)..]),
+            "{split}: {}",
+            &out[HOLD_MAX - 300..]
+        );
+        assert!(out.contains("[REDACTED:github_token]"), "{split}");
+    }
+}
+
+#[test]
+fn a_token_after_an_escaped_newline_is_redacted_in_the_stream() {
+    let (mut t, got) = tap(10_000, &[]);
+    t.push(b"'user\\nghp_Zyxwvutsrqponmlkjihgfedcba9876543210'\n");
+    assert_eq!(joined(&got), "'user\\n[REDACTED:github_token]'\n");
+}
+
 mod split_property {
     use super::*;
     use proptest::prelude::*;
 
     const TOKEN: &str = "ghp_Zq7Xw3Kp9Lm2Nb5Vc8Rt1Yh4Jd6Gf0Sa2QeXy";
     const SECRET: &str = "s3cr3t-Value-From-Env";
+    /// A second token, printed after an escaped newline (`repr` style).
+    const ESCAPED: &str = "sk-proj-Wq4Ex5Rt6Yu7Io8Pa9Sd0Fg1Hj2";
+    const CREDENTIAL: &str = "Qm9vZ2llV29vZ2llMTIzNDU2Nzg5MA";
+    const MULTI: &str = "multi line secret\nits second line";
 
     /// Text around the secrets: letters, spaces and newlines, long lines
     /// included (past the 16 KiB hold), so cuts happen everywhere.
@@ -174,8 +299,10 @@ mod split_property {
             a in filler(), b in filler(), c in filler(),
             cuts in proptest::collection::vec(64usize..6000, 1..40),
         ) {
-            let text = format!("{a} {TOKEN} {b} {SECRET} {c}");
-            let (mut t, got) = tap(10_000_000, &[SECRET]);
+            let text = format!(
+                "{a} {TOKEN} {b} {SECRET} {c} 'x\\n{ESCAPED}' {a} Authorization: Bearer {CREDENTIAL} {b}\n{MULTI}\n{c}"
+            );
+            let (mut t, got) = tap(10_000_000, &[SECRET, MULTI]);
             let bytes = text.as_bytes();
             let mut at = 0;
             for n in cuts.iter().cycle() {
@@ -193,9 +320,15 @@ mod split_property {
             prop_assert!(!out.contains(&SECRET[..10]), "secret piece streamed");
             prop_assert!(!out.contains(&SECRET[10..]), "secret tail streamed");
             prop_assert!(out.contains("[REDACTED:github_token]"), "token not marked");
+            prop_assert!(!out.contains(&ESCAPED[8..20]), "escaped token piece streamed");
+            prop_assert!(!out.contains(&ESCAPED[20..]), "escaped token tail streamed");
+            prop_assert!(!out.contains(&CREDENTIAL[..10]), "credential piece streamed");
+            prop_assert!(!out.contains(&CREDENTIAL[10..]), "credential tail streamed");
+            prop_assert!(!out.contains("its second"), "multi-line secret streamed");
+            prop_assert!(!out.contains("multi line secret"), "multi-line secret streamed");
             // The filler survives (every letter of it, beside the markers').
             let letters = |s: &str| s.chars().filter(|c| c.is_ascii_lowercase()).count();
-            prop_assert!(letters(&out) >= letters(&a) + letters(&b) + letters(&c));
+            prop_assert!(letters(&out) >= 2 * (letters(&a) + letters(&b) + letters(&c)));
         }
     }
 }
