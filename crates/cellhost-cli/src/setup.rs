@@ -60,6 +60,10 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
         // Code an agent wrote: strict unless configured.
         sandbox: config.sandbox.sandbox(args.sandbox, Profile::Strict),
         limits: config.limits.limits(),
+        packages: cellhost::packages::PackageOptions {
+            policy: std::sync::Arc::new(config.packages.clone()),
+            ..Default::default()
+        },
         ..KernelOptions::default()
     };
     if let Err(e) = cellhost::Interpreter::resolve(opts.python.as_deref()) {
@@ -98,6 +102,7 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
     let manager = KernelManager::start(
         ManagerOptions::new(&data_dir)
             .lifecycle(&config.lifecycle)
+            .preload(config.kernel.preload.clone())
             .kernel(opts.clone())
             .remote(&config)
             .tools(tools),

@@ -22,6 +22,7 @@ pub mod history;
 pub mod interpreter;
 pub mod kernel;
 pub mod output;
+pub mod packages;
 pub mod percent;
 pub mod registry;
 pub mod remote;

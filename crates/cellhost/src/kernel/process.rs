@@ -29,6 +29,9 @@ pub(crate) const RUNNER_SOURCE: &str = concat!(
 );
 /// Rich outputs; runner.py reads it from its own dir at start.
 pub(crate) const DISPLAY_SOURCE: &str = include_str!("../runner/display.py");
+/// `%pip` (the module `pipmagic`); runner.py reads it from its own dir at
+/// start and imports it on first use.
+pub(crate) const PIPMAGIC_SOURCE: &str = include_str!("../runner/pipmagic.py");
 
 /// How a process ended, for notes and errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +130,8 @@ pub(crate) fn random_hex(bytes: usize) -> String {
 pub(crate) struct Rpc {
     pub token: std::sync::Arc<str>,
     pub slot: AuthoritySlot,
+    /// Serves `%pip` (none when the kernel has no package dir).
+    pub packages: Option<std::sync::Arc<crate::packages::Installer>>,
 }
 
 /// Create `dir` (and parents) with mode 0700; an existing dir must be a
@@ -190,6 +195,7 @@ impl Process {
         for (path, source) in [
             (script.clone(), RUNNER_SOURCE),
             (staging.join("display.py"), DISPLAY_SOURCE),
+            (staging.join("pipmagic.py"), PIPMAGIC_SOURCE),
         ] {
             use std::io::Write;
             let mut f = std::fs::OpenOptions::new()
@@ -245,6 +251,12 @@ impl Process {
         let (out_r, out_w) = unix::pipe().map_err(io("create the stdout pipe"))?;
         let (err_r, err_w) = unix::pipe().map_err(io("create the stderr pipe"))?;
 
+        // The package dir as it is now (a pooled kernel's moves with it).
+        let packages = rpc.packages.as_ref().and_then(|p| {
+            let dir = p.dir()?;
+            crate::packages::ensure_dir(&dir, p.uid, p.gid).ok()?;
+            Some(dir)
+        });
         let launch::Launch {
             mut cmd,
             setup,
@@ -264,6 +276,8 @@ impl Process {
             workspace,
             limits: &opts.limits,
             extra_env: &[(TOKEN_ENV, &rpc.token)],
+            packages: packages.as_deref(),
+            preload: &opts.preload,
         })?;
         let caps = &opts.display;
         cmd.arg(format!(
@@ -350,6 +364,7 @@ impl Process {
                 rpc.token.clone(),
                 rpc.slot.clone(),
                 opts.max_tool_payload,
+                rpc.packages.clone(),
             )
             .map_err(|e| format!("the tool socket could not be served: {e}"))
         }) {
@@ -423,6 +438,9 @@ impl Process {
                     }
                     match self.frames.next_frame() {
                         Ok(Some(f)) if f.text("op").as_deref() == Some("hello") => {
+                            if let Some(skipped) = f.text("preload_skipped") {
+                                eprintln!("cellhost: kernel {}: preload skipped {skipped}", self.id);
+                            }
                             return check_version(&f);
                         }
                         Ok(Some(_)) | Err(_) => return Err(SpawnError::Handshake {
