@@ -17,6 +17,7 @@
 //! ```
 
 pub mod config;
+pub mod egress;
 pub mod env;
 pub mod history;
 pub mod interpreter;

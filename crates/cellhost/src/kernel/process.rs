@@ -105,6 +105,8 @@ pub(crate) struct Process {
     /// Serves this process's tool socket (none if it could not be made;
     /// the cells' tool calls then fail with the reason).
     _tools: Option<ToolServer>,
+    /// Serves `network = "allowlist"`'s proxy socket.
+    _egress: Option<crate::egress::proxy::EgressProxy>,
     /// Why there is no tool server, told to the cells that call tools.
     pub tools_unavailable: Option<String>,
     /// The tool set whose `tools` module this process has (sent with the
@@ -216,6 +218,22 @@ impl Process {
                 staging.display()
             )
         });
+        let egress = match &opts.sandbox {
+            crate::Sandbox::Strict(crate::StrictSandbox {
+                egress: Some(policy),
+                ..
+            }) => match crate::egress::proxy::EgressProxy::bind(&staging) {
+                Ok(l) => Some((l, policy.clone())),
+                Err(err) => {
+                    let _ = std::fs::remove_dir_all(&staging);
+                    return Err(SpawnError::Io {
+                        about: "create the egress proxy socket",
+                        err,
+                    });
+                }
+            },
+            _ => None,
+        };
         match Self::start(
             opts,
             python,
@@ -223,7 +241,7 @@ impl Process {
             staging.clone(),
             &script,
             workspace,
-            (listener, rpc),
+            (listener, rpc, egress),
         )
         .await
         {
@@ -242,7 +260,14 @@ impl Process {
         staging: PathBuf,
         script: &Path,
         workspace: Option<&Path>,
-        (listener, rpc): (Result<std::os::unix::net::UnixListener, String>, &Rpc),
+        (listener, rpc, egress): (
+            Result<std::os::unix::net::UnixListener, String>,
+            &Rpc,
+            Option<(
+                std::os::unix::net::UnixListener,
+                std::sync::Arc<crate::egress::EgressPolicy>,
+            )>,
+        ),
     ) -> Result<Process, SpawnError> {
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
         let (req_r, req_w) = unix::pipe().map_err(io("create the request pipe"))?;
@@ -352,6 +377,7 @@ impl Process {
             watcher,
             staging,
             _tools: None,
+            _egress: None,
             tools_unavailable: None,
             tools_installed: None,
             execution_count: 0,
@@ -370,6 +396,18 @@ impl Process {
         }) {
             Ok(server) => proc._tools = Some(server),
             Err(why) => proc.tools_unavailable = Some(why),
+        }
+        if let Some((l, policy)) = egress {
+            match crate::egress::proxy::EgressProxy::start(l, policy) {
+                Ok(p) => proc._egress = Some(p),
+                Err(err) => {
+                    proc.kill_now().await;
+                    return Err(SpawnError::Io {
+                        about: "serve the egress proxy socket",
+                        err,
+                    });
+                }
+            }
         }
         let hello = tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await;
         // The move must have succeeded before the kernel is handed out; a

@@ -310,6 +310,62 @@ class _PipMagicHook:
         exec(compile(_pipmagic_source, "<cellhost pipmagic>", "exec"), mod.__dict__)
 
 
+def _start_egress_forwarder(sock_path):
+    """network = "allowlist": the sandbox has only its own loopback. Listen
+    on it and carry each connection to the host's egress proxy (a Unix
+    socket); offer that port as the HTTP(S) proxy."""
+    import socket
+
+    lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsn.bind(("127.0.0.1", 0))
+    lsn.listen(64)
+    os.set_inheritable(lsn.fileno(), False)
+    url = "http://127.0.0.1:%d" % lsn.getsockname()[1]
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        os.environ[var] = url
+        os.environ[var.lower()] = url
+    os.environ.pop("NO_PROXY", None)
+    os.environ.pop("no_proxy", None)
+
+    def pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (dst,):
+            try:
+                s.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def serve(conn):
+        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            up.connect(sock_path)
+        except OSError:
+            conn.close()
+            up.close()
+            return
+        _thread.start_new_thread(pump, (conn, up))
+        pump(up, conn)
+        conn.close()
+        up.close()
+
+    def accept():
+        while True:
+            try:
+                conn, _ = lsn.accept()
+            except OSError:
+                continue
+            _thread.start_new_thread(serve, (conn,))
+
+    _thread.start_new_thread(accept, ())
+
+
 def _add_packages_dir(path):
     """`path` on sys.path just ahead of the first site-packages (like a
     user site: an upgrade there wins over the base install)."""
@@ -554,6 +610,8 @@ def _parse_args():
         if arg.startswith("--cpu-per-cell="):
             _cpu_per_cell = int(arg.split("=", 1)[1])
             from time import process_time as _process_time
+        elif arg.startswith("--egress="):
+            _start_egress_forwarder(arg.split("=", 1)[1])
         elif arg.startswith("--preload="):
             _preload.extend(m for m in arg.split("=", 1)[1].split(",") if m)
         elif arg.startswith("--packages="):

@@ -117,6 +117,18 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
     if let Some(cpu) = l.cpu_seconds_per_cell {
         runner_args.push(format!("--cpu-per-cell={cpu}").into());
     }
+    if let Sandbox::Strict(StrictSandbox {
+        egress: Some(_), ..
+    }) = s.sandbox
+    {
+        runner_args.push(
+            format!(
+                "--egress={STAGING_IN_SANDBOX}/{}",
+                crate::egress::proxy::SOCKET_NAME
+            )
+            .into(),
+        );
+    }
     if !s.preload.is_empty() {
         runner_args.push(format!("--preload={}", s.preload.join(",")).into());
     }
@@ -247,7 +259,12 @@ fn strict_command(
         .env("HOME", WORKSPACE_IN_SANDBOX)
         .env("TMPDIR", "/tmp")
         .envs(s.extra_env.iter().copied());
-    Ok((cmd, landlock::prepare(strict.network)))
+    // With the egress proxy the runner listens on the sandbox's own
+    // loopback (the namespace has no route out).
+    Ok((
+        cmd,
+        landlock::prepare(strict.network || strict.egress.is_some()),
+    ))
 }
 
 /// Create the workspace when missing. A workspace owned by the host
