@@ -145,7 +145,11 @@ fn network_ok(strict: &mut cellhost::StrictSandbox, config: &Config) -> Result<(
             .collect::<Vec<_>>()
     };
     if strict.network {
-        if config.server.token.is_none() {
+        let token = std::env::var("CELLHOST_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .or_else(|| config.server.token.clone());
+        if token.is_none() {
             return Err(
                 "[sandbox] network = \"host\" lets kernels reach this daemon's API; set \
                  [server] token (kernels never see it) or use network = \"allowlist\""
