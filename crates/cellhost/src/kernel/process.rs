@@ -136,6 +136,12 @@ pub(crate) struct Rpc {
     pub packages: Option<std::sync::Arc<crate::packages::Installer>>,
 }
 
+/// The egress proxy's socket and its policy, bound before the launch.
+type EgressListener = (
+    std::os::unix::net::UnixListener,
+    std::sync::Arc<crate::egress::EgressPolicy>,
+);
+
 /// Create `dir` (and parents) with mode 0700; an existing dir must be a
 /// real directory (not a symlink) owned by us.
 pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
@@ -263,10 +269,7 @@ impl Process {
         (listener, rpc, egress): (
             Result<std::os::unix::net::UnixListener, String>,
             &Rpc,
-            Option<(
-                std::os::unix::net::UnixListener,
-                std::sync::Arc<crate::egress::EgressPolicy>,
-            )>,
+            Option<EgressListener>,
         ),
     ) -> Result<Process, SpawnError> {
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };

@@ -379,8 +379,7 @@ fn take_text(carry: &mut Vec<u8>) -> String {
         }
     };
     let rest = carry.split_off(valid);
-    let text = String::from_utf8(std::mem::replace(carry, rest)).unwrap_or_default();
-    text
+    String::from_utf8(std::mem::replace(carry, rest)).unwrap_or_default()
 }
 
 /// The last lines of pip's output.
