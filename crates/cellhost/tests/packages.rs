@@ -68,6 +68,11 @@ async fn pip_install_in_a_strict_kernel_imports_on_the_next_line_and_streams_its
             .contains("ModuleNotFoundError"),
         "{r:#?}"
     );
+    // A cell's own `pipmagic.py` in the cwd does not stand in for it.
+    let r = k
+        .run("open('pipmagic.py', 'w').write('raise SystemExit(3)')")
+        .await;
+    ok(&r);
     let r = k.run(STREAMED).await;
     ok(&r);
     let out = &r.stdout;

@@ -594,7 +594,9 @@ def _setup_display():
         pass  # a remote runner ships without it
     builtins.display = display
     sys.meta_path.insert(0, _MatplotlibHook)
-    sys.meta_path.append(_PipMagicHook)
+    # Ahead of the path finders: a cell's own `pipmagic.py` in the cwd
+    # never stands in for the runner's.
+    sys.meta_path.insert(1, _PipMagicHook)
     os.register_at_fork(after_in_child=_after_fork)
 
 
