@@ -83,6 +83,10 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
             .sandbox
             .sandbox(args.sandbox, cellhost::config::Profile::None),
         limits: config.limits.limits(),
+        packages: cellhost::packages::PackageOptions {
+            policy: std::sync::Arc::new(config.packages.clone()),
+            ..Default::default()
+        },
         ..KernelOptions::default()
     };
     // Checked up front so a missing interpreter is a usage error (exit 2)

@@ -60,6 +60,10 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
         // Code an agent wrote: strict unless configured.
         sandbox: config.sandbox.sandbox(args.sandbox, Profile::Strict),
         limits: config.limits.limits(),
+        packages: cellhost::packages::PackageOptions {
+            policy: std::sync::Arc::new(config.packages.clone()),
+            ..Default::default()
+        },
         ..KernelOptions::default()
     };
     // The daemon's token and the tools' credentials are never in a cell's
@@ -68,6 +72,12 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
     if let Err(e) = cellhost::Interpreter::resolve(opts.python.as_deref()) {
         eprintln!("cellhost: {e}");
         return Err(2);
+    }
+    if let cellhost::Sandbox::Strict(strict) = &mut opts.sandbox {
+        if let Err(why) = network_ok(strict, &config) {
+            eprintln!("cellhost: {why}");
+            return Err(2);
+        }
     }
     // Say it now, not on the first request: strict needs bubblewrap.
     if opts.sandbox.is_strict() && !on_path("bwrap") {
@@ -101,6 +111,7 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
     let manager = KernelManager::start(
         ManagerOptions::new(&data_dir)
             .lifecycle(&config.lifecycle)
+            .preload(config.kernel.preload.clone())
             .kernel(opts.clone())
             .remote(&config)
             .tools(tools),
@@ -113,6 +124,57 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
         manager,
         downstream,
     })
+}
+
+/// Kernels reach neither the daemon's API nor a `[[tools]]` endpoint
+/// except through their `tools` module: `network = "host"` is refused
+/// unless the daemon has a token and no `[[tools]]` endpoint exists (the
+/// host network would reach them); under `"allowlist"` their hosts are
+/// refused by the proxy whatever the list says.
+fn network_ok(strict: &mut cellhost::StrictSandbox, config: &Config) -> Result<(), String> {
+    let tool_hosts = || {
+        config
+            .tools
+            .iter()
+            .filter_map(|t| t.url.split_once("://").map(|(_, rest)| rest))
+            .filter_map(|rest| rest.split(['/', '?', '#']).next())
+            .map(|auth| {
+                let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
+                match host.rsplit_once(':') {
+                    Some((h, p)) if p.chars().all(|c| c.is_ascii_digit()) => h.to_owned(),
+                    _ => host.to_owned(),
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    if strict.network {
+        let token = std::env::var("CELLHOST_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty())
+            .or_else(|| config.server.token.clone());
+        if token.is_none() {
+            return Err(
+                "[sandbox] network = \"host\" lets kernels reach this daemon's API; set \
+                 [server] token (kernels never see it) or use network = \"allowlist\""
+                    .into(),
+            );
+        }
+        if !config.tools.is_empty() {
+            return Err(format!(
+                "[sandbox] network = \"host\" would let kernels call [[tools]] endpoints ({}) \
+                 directly, skipping their allow-list and budget; use network = \"allowlist\"",
+                tool_hosts().join(", ")
+            ));
+        }
+    }
+    if let Some(policy) = &mut strict.egress {
+        let p = std::sync::Arc::make_mut(policy);
+        p.deny_hosts.extend(tool_hosts());
+        if let Some((h, _)) = config.server.listen.rsplit_once(':') {
+            p.deny_hosts.push(h.trim_matches(['[', ']']).to_owned());
+        }
+    }
+    Ok(())
 }
 
 /// Create `dir` (0700) or tighten it to 0700.

@@ -526,3 +526,36 @@ fn tools_in_the_config_are_callable_from_cells_through_the_daemon() {
     let _ = endpoint.kill();
     let _ = endpoint.wait();
 }
+
+#[test]
+fn host_network_is_refused_at_start_without_a_token_or_with_tool_endpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = |config: &str, token: Option<&str>| {
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, config).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellhost"));
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .arg("--config")
+            .arg(&path)
+            .env_remove("CELLHOST_TOKEN")
+            .stdin(Stdio::null());
+        if let Some(t) = token {
+            cmd.env("CELLHOST_TOKEN", t);
+        }
+        cmd.output().unwrap()
+    };
+    let o = serve("[sandbox]\nnetwork = \"host\"\n", None);
+    assert_eq!(o.status.code(), Some(2), "{:?}", text(&o));
+    assert!(text(&o).1.contains("set [server] token"), "{:?}", text(&o));
+    let o = serve(
+        "[sandbox]\nnetwork = true\n[[tools]]\nname = \"t\"\ndescription = \"T.\"\nurl = \"http://127.0.0.1:9/x\"\n",
+        Some("s3cret"),
+    );
+    assert_eq!(o.status.code(), Some(2), "{:?}", text(&o));
+    assert!(
+        text(&o).1.contains("[[tools]] endpoints (127.0.0.1)"),
+        "{:?}",
+        text(&o)
+    );
+}

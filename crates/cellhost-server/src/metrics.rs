@@ -194,6 +194,16 @@ pub(crate) async fn render(State(state): State<AppState>) -> impl IntoResponse {
             "Tool calls made by cells.",
             m.tool_calls.load(Ordering::Relaxed),
         ),
+        (
+            "cellhost_egress_allowed_total",
+            "Connections the egress proxy let through (network = allowlist).",
+            cellhost::egress::decisions().0,
+        ),
+        (
+            "cellhost_egress_refused_total",
+            "Requests the egress proxy refused (network = allowlist).",
+            cellhost::egress::decisions().1,
+        ),
     ] {
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {v}");

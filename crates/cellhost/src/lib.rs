@@ -17,11 +17,13 @@
 //! ```
 
 pub mod config;
+pub mod egress;
 pub mod env;
 pub mod history;
 pub mod interpreter;
 pub mod kernel;
 pub mod output;
+pub mod packages;
 pub mod percent;
 pub mod registry;
 pub mod remote;

@@ -10,6 +10,7 @@ mod history;
 mod lifecycle;
 mod limits;
 mod mcp_servers;
+mod packages;
 mod sandbox;
 mod server;
 mod tools;
@@ -24,7 +25,8 @@ pub use history::HistoryConfig;
 pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;
 pub use mcp_servers::McpServerConfig;
-pub use sandbox::{Profile, SandboxConfig};
+pub use packages::{KernelConfig, PackagesConfig};
+pub use sandbox::{Network, Profile, SandboxConfig};
 pub use server::{ServerConfig, DEFAULT_LISTEN};
 pub use tools::ToolConfig;
 
@@ -51,6 +53,10 @@ pub struct Config {
     /// `[[mcp_servers]]`: downstream MCP servers whose tools cells call
     /// (code mode).
     pub mcp_servers: Vec<McpServerConfig>,
+    /// `[packages]`: `%pip install` by the host.
+    pub packages: PackagesConfig,
+    /// `[kernel]`: what pooled kernels import before they are handed out.
+    pub kernel: KernelConfig,
 }
 
 /// Why a configuration file could not be used.
@@ -95,6 +101,8 @@ impl Config {
         self.sandbox.validate()?;
         self.limits.validate()?;
         self.server.validate()?;
+        self.packages.validate()?;
+        self.kernel.validate()?;
         let mut names = std::collections::BTreeSet::new();
         for tool in &self.tools {
             tool.validate()?;

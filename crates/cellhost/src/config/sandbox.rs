@@ -28,6 +28,44 @@ impl std::str::FromStr for Profile {
     }
 }
 
+/// `[sandbox] network`: what a strict kernel may reach.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Network {
+    /// Nothing: a private loopback only.
+    #[default]
+    Off,
+    /// Only the host's egress proxy, to `allow_hosts`.
+    Allowlist,
+    /// The host's network (needs a daemon token; see docs/packages.md).
+    Host,
+}
+
+impl<'de> Deserialize<'de> for Network {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Network, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Network;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("\"off\", \"allowlist\" or \"host\" (or a boolean: true is \"host\")")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Network, E> {
+                Ok(if b { Network::Host } else { Network::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Network, E> {
+                match s {
+                    "off" => Ok(Network::Off),
+                    "allowlist" => Ok(Network::Allowlist),
+                    "host" => Ok(Network::Host),
+                    other => Err(E::custom(format!(
+                        "unknown network mode {other:?}: use \"off\", \"allowlist\" or \"host\""
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// `[sandbox]` keys. `profile` unset means the front end's default:
 /// `strict` for the daemon (it serves agents), `none` for `cellhost run`
 /// (the operator runs their own script).
@@ -35,8 +73,18 @@ impl std::str::FromStr for Profile {
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
     pub profile: Option<Profile>,
-    /// strict: keep the host network (default false: no network).
-    pub network: bool,
+    /// strict: `"off"` (default: no network), `"allowlist"` (only the
+    /// host's egress proxy, to `allow_hosts`) or `"host"` (the host's
+    /// network). The old booleans still work: `true` is `"host"`, `false`
+    /// `"off"`.
+    pub network: Network,
+    /// `network = "allowlist"`: host names (`*.` wildcards) kernels reach.
+    pub allow_hosts: Vec<String>,
+    /// `network = "allowlist"`: address ranges otherwise refused
+    /// (loopback, private, link-local) that the proxy may dial anyway. For
+    /// tests that host an "allowed" server on this machine; never in
+    /// production (`127.0.0.0/8` opens the daemon's own loopback).
+    pub allow_private_cidrs: Vec<String>,
     /// strict, host running as root: the uid/gid kernels run as.
     pub uid: u32,
     pub gid: u32,
@@ -49,7 +97,9 @@ impl Default for SandboxConfig {
         let strict = StrictSandbox::default();
         SandboxConfig {
             profile: None,
-            network: strict.network,
+            network: Network::Off,
+            allow_hosts: Vec::new(),
+            allow_private_cidrs: Vec::new(),
             uid: strict.uid,
             gid: strict.gid,
             ro_binds: Vec::new(),
@@ -63,11 +113,22 @@ impl SandboxConfig {
         match profile.or(self.profile).unwrap_or(default) {
             Profile::None => Sandbox::None,
             Profile::Strict => Sandbox::Strict(StrictSandbox {
-                network: self.network,
+                network: self.network == Network::Host,
                 workspace: None,
                 uid: self.uid,
                 gid: self.gid,
                 ro_binds: self.ro_binds.clone(),
+                egress: (self.network == Network::Allowlist).then(|| {
+                    std::sync::Arc::new(crate::egress::EgressPolicy {
+                        allow_hosts: self.allow_hosts.clone(),
+                        allow_cidrs: self
+                            .allow_private_cidrs
+                            .iter()
+                            .filter_map(|c| c.parse().ok())
+                            .collect(),
+                        deny_hosts: Vec::new(),
+                    })
+                }),
             }),
         }
     }
@@ -78,6 +139,19 @@ impl SandboxConfig {
                 "[sandbox] uid and gid must not be 0: kernels never run as root (the default is 65534, nobody)"
                     .into(),
             );
+        }
+        for c in &self.allow_private_cidrs {
+            c.parse::<crate::egress::Cidr>()
+                .map_err(|e| format!("[sandbox] allow_private_cidrs: {e}"))?;
+        }
+        if let Some(h) = self
+            .allow_hosts
+            .iter()
+            .find(|h| h.trim_start_matches("*.").is_empty() || h.contains(['/', ':', ' ']))
+        {
+            return Err(format!(
+                "[sandbox] allow_hosts entries are host names like \"pypi.org\" or \"*.example.com\", not {h:?}"
+            ));
         }
         if let Some(p) = self.ro_binds.iter().find(|p| !p.is_absolute()) {
             return Err(format!(

@@ -97,6 +97,7 @@ impl Actor {
         let rpc = Rpc {
             token: super::process::random_hex(16).into(),
             slot: tools::AuthoritySlot::default(),
+            packages: installer(&opts, &python, workspace.as_deref(), &observed),
         };
         let proc = match Process::spawn(&opts, &python, workspace.as_deref(), &rpc).await {
             Ok(p) => p,
@@ -537,9 +538,50 @@ impl Drop for Actor {
     }
 }
 
-/// Remove a workspace this handle made (never a caller's).
+/// Remove a workspace this handle made (never a caller's), and the
+/// package dir beside it.
 fn remove_owned(workspace: Option<&Path>, owned: bool) {
     if let (Some(dir), true) = (workspace, owned) {
         let _ = std::fs::remove_dir_all(dir);
+        let _ = std::fs::remove_dir_all(crate::packages::dir_for_workspace(dir));
     }
+}
+
+/// What serves this handle's `%pip`: its package dir (given, or beside
+/// the strict workspace), published in `observed` so a move reaches it.
+fn installer(
+    opts: &KernelOptions,
+    python: &Path,
+    workspace: Option<&Path>,
+    observed: &Observed,
+) -> Option<Arc<crate::packages::Installer>> {
+    let p = &opts.packages;
+    let dir = p
+        .dir
+        .clone()
+        .or_else(|| workspace.map(crate::packages::dir_for_workspace));
+    *observed.packages.lock().unwrap_or_else(|e| e.into_inner()) = dir;
+    let (uid, gid) = match &opts.sandbox {
+        Sandbox::Strict(s) => (s.uid, s.gid),
+        Sandbox::None => {
+            let d = crate::sandbox::StrictSandbox::default();
+            (d.uid, d.gid)
+        }
+    };
+    let cache = p.cache_dir.clone().unwrap_or_else(|| {
+        opts.staging_root
+            .parent()
+            .unwrap_or(&opts.staging_root)
+            .join("pip-cache")
+    });
+    Some(Arc::new(crate::packages::Installer {
+        dir: observed.packages.clone(),
+        python: python.to_path_buf(),
+        strict: opts.sandbox.is_strict(),
+        uid,
+        gid,
+        policy: p.policy.clone(),
+        cache,
+        busy: tokio::sync::Mutex::new(()),
+    }))
 }

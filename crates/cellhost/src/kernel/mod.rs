@@ -86,6 +86,12 @@ pub struct KernelOptions {
     pub limits: ResourceLimits,
     /// Largest tool request or result in bytes (default 10 MB).
     pub max_tool_payload: usize,
+    /// Where `%pip` installs and under which `[packages]` policy.
+    pub packages: crate::packages::PackageOptions,
+    /// Modules the runner imports before it says hello (`[kernel]
+    /// preload`; the manager sets it for pooled kernels). A missing one is
+    /// skipped with a log line.
+    pub preload: Vec<String>,
 }
 
 /// `$XDG_RUNTIME_DIR/cellhost`, or `<tmp>/cellhost-<uid>`.
@@ -115,6 +121,8 @@ impl Default for KernelOptions {
             sandbox: Sandbox::None,
             limits: ResourceLimits::default(),
             max_tool_payload: crate::tools::DEFAULT_MAX_PAYLOAD,
+            packages: crate::packages::PackageOptions::default(),
+            preload: Vec::new(),
         }
     }
 }
@@ -303,6 +311,8 @@ pub(crate) struct Observed {
     /// A new host path for the sandbox workspace, taken at the next
     /// (re)start of the process (the manager renamed the directory).
     moved_workspace: std::sync::Mutex<Option<PathBuf>>,
+    /// The package dir's host path now (see [`crate::packages`]).
+    pub(crate) packages: crate::packages::DirSlot,
 }
 
 struct Inner {
@@ -452,6 +462,17 @@ impl Kernel {
         if let Ok(mut moved) = self.inner.observed.moved_workspace.lock() {
             *moved = Some(path);
         }
+    }
+
+    /// The package dir was renamed to (or, for a kernel that had none, is
+    /// now) `path`: `%pip` installs there, and later restarts see it.
+    pub(crate) fn packages_moved(&self, path: PathBuf) {
+        *self
+            .inner
+            .observed
+            .packages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(path);
     }
 
     /// Cells the current kernel process has run.

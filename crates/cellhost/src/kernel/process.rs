@@ -29,6 +29,9 @@ pub(crate) const RUNNER_SOURCE: &str = concat!(
 );
 /// Rich outputs; runner.py reads it from its own dir at start.
 pub(crate) const DISPLAY_SOURCE: &str = include_str!("../runner/display.py");
+/// `%pip` (the module `pipmagic`); runner.py reads it from its own dir at
+/// start and imports it on first use.
+pub(crate) const PIPMAGIC_SOURCE: &str = include_str!("../runner/pipmagic.py");
 
 /// How a process ended, for notes and errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,6 +105,8 @@ pub(crate) struct Process {
     /// Serves this process's tool socket (none if it could not be made;
     /// the cells' tool calls then fail with the reason).
     _tools: Option<ToolServer>,
+    /// Serves `network = "allowlist"`'s proxy socket.
+    _egress: Option<crate::egress::proxy::EgressProxy>,
     /// Why there is no tool server, told to the cells that call tools.
     pub tools_unavailable: Option<String>,
     /// The tool set whose `tools` module this process has (sent with the
@@ -127,7 +132,15 @@ pub(crate) fn random_hex(bytes: usize) -> String {
 pub(crate) struct Rpc {
     pub token: std::sync::Arc<str>,
     pub slot: AuthoritySlot,
+    /// Serves `%pip` (none when the kernel has no package dir).
+    pub packages: Option<std::sync::Arc<crate::packages::Installer>>,
 }
+
+/// The egress proxy's socket and its policy, bound before the launch.
+type EgressListener = (
+    std::os::unix::net::UnixListener,
+    std::sync::Arc<crate::egress::EgressPolicy>,
+);
 
 /// Create `dir` (and parents) with mode 0700; an existing dir must be a
 /// real directory (not a symlink) owned by us.
@@ -190,6 +203,7 @@ impl Process {
         for (path, source) in [
             (script.clone(), RUNNER_SOURCE),
             (staging.join("display.py"), DISPLAY_SOURCE),
+            (staging.join("pipmagic.py"), PIPMAGIC_SOURCE),
         ] {
             use std::io::Write;
             let mut f = std::fs::OpenOptions::new()
@@ -210,6 +224,22 @@ impl Process {
                 staging.display()
             )
         });
+        let egress = match &opts.sandbox {
+            crate::Sandbox::Strict(crate::StrictSandbox {
+                egress: Some(policy),
+                ..
+            }) => match crate::egress::proxy::EgressProxy::bind(&staging) {
+                Ok(l) => Some((l, policy.clone())),
+                Err(err) => {
+                    let _ = std::fs::remove_dir_all(&staging);
+                    return Err(SpawnError::Io {
+                        about: "create the egress proxy socket",
+                        err,
+                    });
+                }
+            },
+            _ => None,
+        };
         match Self::start(
             opts,
             python,
@@ -217,7 +247,7 @@ impl Process {
             staging.clone(),
             &script,
             workspace,
-            (listener, rpc),
+            (listener, rpc, egress),
         )
         .await
         {
@@ -236,7 +266,11 @@ impl Process {
         staging: PathBuf,
         script: &Path,
         workspace: Option<&Path>,
-        (listener, rpc): (Result<std::os::unix::net::UnixListener, String>, &Rpc),
+        (listener, rpc, egress): (
+            Result<std::os::unix::net::UnixListener, String>,
+            &Rpc,
+            Option<EgressListener>,
+        ),
     ) -> Result<Process, SpawnError> {
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
         let (req_r, req_w) = unix::pipe().map_err(io("create the request pipe"))?;
@@ -245,6 +279,12 @@ impl Process {
         let (out_r, out_w) = unix::pipe().map_err(io("create the stdout pipe"))?;
         let (err_r, err_w) = unix::pipe().map_err(io("create the stderr pipe"))?;
 
+        // The package dir as it is now (a pooled kernel's moves with it).
+        let packages = rpc.packages.as_ref().and_then(|p| {
+            let dir = p.dir()?;
+            crate::packages::ensure_dir(&dir, p.uid, p.gid).ok()?;
+            Some(dir)
+        });
         let launch::Launch {
             mut cmd,
             setup,
@@ -264,6 +304,8 @@ impl Process {
             workspace,
             limits: &opts.limits,
             extra_env: &[(TOKEN_ENV, &rpc.token)],
+            packages: packages.as_deref(),
+            preload: &opts.preload,
         })?;
         let caps = &opts.display;
         cmd.arg(format!(
@@ -338,6 +380,7 @@ impl Process {
             watcher,
             staging,
             _tools: None,
+            _egress: None,
             tools_unavailable: None,
             tools_installed: None,
             execution_count: 0,
@@ -350,11 +393,24 @@ impl Process {
                 rpc.token.clone(),
                 rpc.slot.clone(),
                 opts.max_tool_payload,
+                rpc.packages.clone(),
             )
             .map_err(|e| format!("the tool socket could not be served: {e}"))
         }) {
             Ok(server) => proc._tools = Some(server),
             Err(why) => proc.tools_unavailable = Some(why),
+        }
+        if let Some((l, policy)) = egress {
+            match crate::egress::proxy::EgressProxy::start(l, policy) {
+                Ok(p) => proc._egress = Some(p),
+                Err(err) => {
+                    proc.kill_now().await;
+                    return Err(SpawnError::Io {
+                        about: "serve the egress proxy socket",
+                        err,
+                    });
+                }
+            }
         }
         let hello = tokio::time::timeout(opts.spawn_timeout, proc.await_hello()).await;
         // The move must have succeeded before the kernel is handed out; a
@@ -423,6 +479,9 @@ impl Process {
                     }
                     match self.frames.next_frame() {
                         Ok(Some(f)) if f.text("op").as_deref() == Some("hello") => {
+                            if let Some(skipped) = f.text("preload_skipped") {
+                                eprintln!("cellhost: kernel {}: preload skipped {skipped}", self.id);
+                            }
                             return check_version(&f);
                         }
                         Ok(Some(_)) | Err(_) => return Err(SpawnError::Handshake {

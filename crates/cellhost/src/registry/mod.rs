@@ -361,6 +361,7 @@ impl KernelManager {
                         if adopted.is_some() {
                             k.workspace_moved(workspace::of_owner(&root, &key.owner));
                         }
+                        k.packages_moved(workspace::packages_of_owner(&root, &key.owner));
                         let hits = &self.shared.counters.pool_hits;
                         hits.fetch_add(1, Ordering::Relaxed);
                         return Ok((k, true));
@@ -369,6 +370,10 @@ impl KernelManager {
             }
         }
         let mut kernel = opts.kernel_with_workspace(|| workspace::of_owner(&root, &key.owner));
+        if !kernel.sandbox.is_strict() && kernel.packages.dir.is_none() {
+            // `none` kernels install into the same per-session dir.
+            kernel.packages.dir = Some(workspace::packages_of_owner(&root, &key.owner));
+        }
         if let Some(p) = &key.spec.python {
             kernel.python = Some(p.clone());
         }
@@ -513,7 +518,7 @@ impl KernelManager {
         housekeeping::settled(&self.shared).await;
         self.shared.pool.settled().await;
         for dir in pool_dirs {
-            workspace::remove(&root, &dir);
+            workspace::remove_pooled(&root, &dir);
         }
         self.shared.backends.shutdown().await;
     }

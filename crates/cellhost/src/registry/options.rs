@@ -37,6 +37,9 @@ pub struct ManagerOptions {
     /// The agent's tools. A kernel's tool set (its key's) is a subset,
     /// and its cells call them through the `tools` module.
     pub tools: ToolSet,
+    /// `[kernel] preload`: modules pooled kernels import before they are
+    /// handed out.
+    pub preload: Vec<String>,
 }
 
 impl ManagerOptions {
@@ -53,6 +56,7 @@ impl ManagerOptions {
             backends: BTreeMap::new(),
             default_backend: None,
             tools: ToolSet::new(),
+            preload: Vec::new(),
         }
     }
 
@@ -109,6 +113,12 @@ impl ManagerOptions {
         self
     }
 
+    /// Modules pooled kernels import before they are handed out.
+    pub fn preload(mut self, modules: Vec<String>) -> Self {
+        self.preload = modules;
+        self
+    }
+
     pub fn warm_pool(mut self, n: usize) -> Self {
         self.warm_pool = n;
         self
@@ -145,6 +155,9 @@ impl ManagerOptions {
     /// manager assigns workspaces; otherwise the template as is).
     pub(super) fn kernel_with_workspace(&self, dir: impl FnOnce() -> PathBuf) -> KernelOptions {
         let mut opts = self.kernel.clone();
+        if opts.packages.cache_dir.is_none() {
+            opts.packages.cache_dir = Some(self.data_dir.join("pip-cache"));
+        }
         if let Some(strict) = self.managed_strict() {
             opts.sandbox = Sandbox::Strict(strict.clone().workspace(dir()));
         }

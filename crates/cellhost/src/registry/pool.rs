@@ -52,7 +52,7 @@ impl Pool {
                 return Some((k, ws));
             }
             if let Some(dir) = ws {
-                workspace::remove(workspaces, &dir);
+                workspace::remove_pooled(workspaces, &dir);
             }
         }
         None
@@ -107,16 +107,17 @@ pub(super) fn refill(shared: &Arc<Shared>) {
         let weak = Arc::downgrade(shared);
         let root = shared.opts.workspace_root();
         let mut ws = None;
-        let opts = shared.opts.kernel_with_workspace(|| {
+        let mut opts = shared.opts.kernel_with_workspace(|| {
             let dir = workspace::pool_dir(&root);
             ws = Some(dir.clone());
             dir
         });
+        opts.preload.clone_from(&shared.opts.preload);
         tokio::spawn(async move {
             let spawned = Kernel::spawn(opts).await;
             if spawned.is_err() {
                 if let Some(dir) = &ws {
-                    workspace::remove(&root, dir);
+                    workspace::remove_pooled(&root, dir);
                 }
             }
             let Some(shared) = weak.upgrade() else {
@@ -151,7 +152,7 @@ pub(super) fn refill(shared: &Arc<Shared>) {
             if let Some(k) = leftover {
                 k.shutdown().await;
                 if let Some(dir) = &ws {
-                    workspace::remove(&root, dir);
+                    workspace::remove_pooled(&root, dir);
                 }
                 pool.filling.fetch_sub(1, Ordering::SeqCst);
             }

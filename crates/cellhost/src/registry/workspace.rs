@@ -56,6 +56,17 @@ pub(crate) fn home(root: &Path, owner: &str) -> PathBuf {
     path
 }
 
+/// `owner`'s package dir (what `%pip` installs; see [`crate::packages`]).
+pub(crate) fn packages_of_owner(root: &Path, owner: &str) -> PathBuf {
+    home(root, owner).join("pkgs")
+}
+
+/// Remove a pooled kernel's workspace and the package dir beside it.
+pub(crate) fn remove_pooled(root: &Path, dir: &Path) {
+    remove(root, dir);
+    remove(root, &crate::packages::dir_for_workspace(dir));
+}
+
 /// The directory mounted at `/workspace` for `owner`'s kernels.
 pub(crate) fn of_owner(root: &Path, owner: &str) -> PathBuf {
     home(root, owner).join("ws")
@@ -109,19 +120,30 @@ pub(crate) fn remove(root: &Path, dir: &Path) -> bool {
     std::fs::remove_dir_all(dir).is_ok()
 }
 
-/// Hand a pooled kernel's workspace to `owner`: rename it to the owner's,
-/// unless the owner already has one (then `false`: the pooled kernel
-/// cannot serve this owner, whose files live elsewhere).
+/// Hand a pooled kernel's workspace (and the package dir beside it) to
+/// `owner`: rename them to the owner's, unless the owner already has
+/// either (then `false`: the pooled kernel cannot serve this owner, whose
+/// files live elsewhere).
 pub(crate) fn adopt(root: &Path, pooled: &Path, owner: &str) -> bool {
     let target = of_owner(root, owner);
-    if std::fs::symlink_metadata(&target).is_ok() {
+    let pkgs = packages_of_owner(root, owner);
+    if std::fs::symlink_metadata(&target).is_ok() || std::fs::symlink_metadata(&pkgs).is_ok() {
         return false;
     }
     let made = std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(home(root, owner));
-    made.is_ok() && rename_noreplace(pooled, &target)
+    if !(made.is_ok() && rename_noreplace(pooled, &target)) {
+        return false;
+    }
+    let pooled_pkgs = crate::packages::dir_for_workspace(pooled);
+    if std::fs::symlink_metadata(&pooled_pkgs).is_ok() && !rename_noreplace(&pooled_pkgs, &pkgs) {
+        // The running kernel keeps its (empty) dir mounted; `%pip` and
+        // later restarts use the owner's.
+        remove(root, &pooled_pkgs);
+    }
+    true
 }
 
 /// `rename(2)` that fails instead of replacing an existing (empty) target:

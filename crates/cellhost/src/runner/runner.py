@@ -14,6 +14,8 @@
 # + N (+1 for whole-second rounding)" at the start of every cell, so a cell
 # that burns more is killed by SIGXCPU (the host names the limit).
 # --chdir=DIR: the cell's working dir (in a sandbox, where bwrap cannot).
+# --packages=DIR: the session's package dir (what `%pip` installs), put on
+# sys.path ahead of site-packages.
 #
 # Frame: 4-byte little-endian body length, then fields, each written as
 # b"<name> <len>\n" followed by <len> raw bytes. No escaping, binary safe.
@@ -54,6 +56,9 @@ _sources = {}  # filename -> source, pushed into linecache lazily
 # subprocesses never inherit it). See tools.py, sent with the first cell
 # that has tools.
 _tools_token = None
+_packages_dir = None  # --packages=
+_preload = []  # --preload=: imported before the hello
+_pipmagic_source = None  # pipmagic.py, read at start (see _PipMagicHook)
 
 
 def _encode(fields):
@@ -280,6 +285,100 @@ class _MatplotlibHook:
         return _display_module().find_spec(name, path, target, _MatplotlibHook)
 
 
+class _PipMagicHook:
+    """Makes `import pipmagic` (what `%pip` becomes) find the runner's
+    pipmagic.py, with the tool socket, token and package dir set in it."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name != "pipmagic" or _pipmagic_source is None:
+            return None
+        from importlib.machinery import ModuleSpec
+
+        return ModuleSpec(name, _PipMagicHook, origin="<cellhost pipmagic>")
+
+    @staticmethod
+    def create_module(spec):
+        return None
+
+    @staticmethod
+    def exec_module(mod):
+        here = os.path.dirname(os.path.abspath(_runner_file))
+        mod._SOCKET = os.path.join(here, "tools.sock")
+        mod._TOKEN = _tools_token
+        mod._PATH = _packages_dir
+        exec(compile(_pipmagic_source, "<cellhost pipmagic>", "exec"), mod.__dict__)
+
+
+def _start_egress_forwarder(sock_path):
+    """network = "allowlist": the sandbox has only its own loopback. Listen
+    on it and carry each connection to the host's egress proxy (a Unix
+    socket); offer that port as the HTTP(S) proxy."""
+    import socket
+
+    lsn = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    lsn.bind(("127.0.0.1", 0))
+    lsn.listen(64)
+    os.set_inheritable(lsn.fileno(), False)
+    url = "http://127.0.0.1:%d" % lsn.getsockname()[1]
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        os.environ[var] = url
+        os.environ[var.lower()] = url
+    os.environ.pop("NO_PROXY", None)
+    os.environ.pop("no_proxy", None)
+
+    def pump(src, dst):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (dst,):
+            try:
+                s.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+    def serve(conn):
+        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            up.connect(sock_path)
+        except OSError:
+            conn.close()
+            up.close()
+            return
+        _thread.start_new_thread(pump, (conn, up))
+        pump(up, conn)
+        conn.close()
+        up.close()
+
+    def accept():
+        while True:
+            try:
+                conn, _ = lsn.accept()
+            except OSError:
+                continue
+            _thread.start_new_thread(serve, (conn,))
+
+    _thread.start_new_thread(accept, ())
+
+
+def _add_packages_dir(path):
+    """`path` on sys.path just ahead of the first site-packages (like a
+    user site: an upgrade there wins over the base install)."""
+    if path in sys.path:
+        return
+    at = len(sys.path)
+    for i, p in enumerate(sys.path):
+        if p.endswith("site-packages") or p.endswith("dist-packages"):
+            at = i
+            break
+    sys.path.insert(at, path)
+
+
 def _flush_figures():
     """Open matplotlib figures become displays at the end of a cell."""
     global _cell_running
@@ -484,11 +583,20 @@ class Runner:
 
 
 def _setup_display():
-    global _display_source
-    with open(os.path.join(os.path.dirname(_runner_file), "display.py"), "rb") as f:
+    global _display_source, _pipmagic_source
+    here = os.path.dirname(_runner_file)
+    with open(os.path.join(here, "display.py"), "rb") as f:
         _display_source = f.read()
+    try:
+        with open(os.path.join(here, "pipmagic.py"), "rb") as f:
+            _pipmagic_source = f.read()
+    except OSError:
+        pass  # a remote runner ships without it
     builtins.display = display
     sys.meta_path.insert(0, _MatplotlibHook)
+    # Ahead of the path finders: a cell's own `pipmagic.py` in the cwd
+    # never stands in for the runner's.
+    sys.meta_path.insert(1, _PipMagicHook)
     os.register_at_fork(after_in_child=_after_fork)
 
 
@@ -499,10 +607,17 @@ def _after_fork():
 
 def _parse_args():
     global _cpu_per_cell, _process_time, MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS
+    global _packages_dir
     for arg in sys.argv[1:]:
         if arg.startswith("--cpu-per-cell="):
             _cpu_per_cell = int(arg.split("=", 1)[1])
             from time import process_time as _process_time
+        elif arg.startswith("--egress="):
+            _start_egress_forwarder(arg.split("=", 1)[1])
+        elif arg.startswith("--preload="):
+            _preload.extend(m for m in arg.split("=", 1)[1].split(",") if m)
+        elif arg.startswith("--packages="):
+            _packages_dir = arg.split("=", 1)[1]
         elif arg.startswith("--chdir="):
             os.chdir(arg.split("=", 1)[1])
         elif arg.startswith("--display="):
@@ -541,13 +656,22 @@ def main():
     # Interactive-style import path: the cwd, not the staging dir.
     if sys.path and os.path.dirname(os.path.abspath(_runner_file)) == os.path.abspath(sys.path[0] or "."):
         sys.path[0] = ""
+    if _packages_dir:
+        _add_packages_dir(_packages_dir)
     global _OK_FRAME
     _OK_FRAME = _encode({"status": "ok", "op": "done"})
     runner = Runner()
     v = sys.version_info
+    skipped = []
+    for name in _preload:
+        try:
+            __import__(name)
+        except BaseException as e:  # a broken module must not fail the pool
+            skipped.append("%s (%s: %s)" % (name, type(e).__name__, e))
     _write_frame(
         {
             "op": "hello",
+            "preload_skipped": "; ".join(skipped) or None,
             "pid": os.getpid(),
             "version": "%d.%d.%d" % (v[0], v[1], v[2]),
             "executable": sys.executable,

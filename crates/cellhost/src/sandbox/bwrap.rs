@@ -44,6 +44,9 @@ pub(crate) struct Plan<'a> {
     /// Size cap of the private /tmp (a tmpfs: its pages are memory that
     /// RLIMIT_AS does not count): the kernel's memory limit.
     pub tmp_bytes: Option<u64>,
+    /// The session's package dir, bound read-only at
+    /// [`crate::packages::PACKAGES_IN_SANDBOX`].
+    pub packages: Option<&'a Path>,
 }
 
 /// The bwrap arguments (without the program name).
@@ -121,6 +124,13 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
     }
     a.bind("--ro-bind", p.staging, Path::new(STAGING_IN_SANDBOX));
     a.bind("--bind", p.workspace, Path::new(WORKSPACE_IN_SANDBOX));
+    if let Some(dir) = p.packages {
+        a.bind(
+            "--ro-bind",
+            dir,
+            Path::new(crate::packages::PACKAGES_IN_SANDBOX),
+        );
+    }
     // bwrap changes dir after dropping its capabilities, when it may not
     // enter the kernel uid's 0700 workspace: the runner does it instead.
     a.flags(&["--chdir", "/"]);
@@ -247,6 +257,7 @@ mod tests {
             block_fd: None,
             command: vec!["/usr/bin/python3".into(), "runner.py".into()],
             tmp_bytes: Some(1 << 30),
+            packages: Some(Path::new("/tmp/x/pkgs")),
         };
         args(&plan)
             .into_iter()
@@ -296,6 +307,8 @@ mod tests {
             &["--ro-bind", "/tmp/x/kernels/k-1", STAGING_IN_SANDBOX]
         ));
         assert!(has(&a, &["--bind", "/tmp/x/ws", WORKSPACE_IN_SANDBOX]));
+        let pkgs = crate::packages::PACKAGES_IN_SANDBOX;
+        assert!(has(&a, &["--ro-bind", "/tmp/x/pkgs", pkgs]), "{a:?}");
         assert!(has(&a, &["--tmpfs", "/tmp"]));
     }
 

@@ -11,6 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
+pub(crate) use super::bwrap::find_program;
 use super::bwrap::{self, Plan};
 use super::cgroup::KernelCgroup;
 use super::landlock;
@@ -84,6 +85,11 @@ pub(crate) struct Spec<'a> {
     pub limits: &'a ResourceLimits,
     /// Set after the allow-listed env (the tool token).
     pub extra_env: &'a [(&'a str, &'a str)],
+    /// The session's package dir on the host (bound read-only at
+    /// [`crate::packages::PACKAGES_IN_SANDBOX`] under the strict profile).
+    pub packages: Option<&'a Path>,
+    /// Modules the runner imports before its hello.
+    pub preload: &'a [String],
 }
 
 pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
@@ -110,6 +116,29 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
     let mut runner_args: Vec<OsString> = Vec::new();
     if let Some(cpu) = l.cpu_seconds_per_cell {
         runner_args.push(format!("--cpu-per-cell={cpu}").into());
+    }
+    if let Sandbox::Strict(StrictSandbox {
+        egress: Some(_), ..
+    }) = s.sandbox
+    {
+        runner_args.push(
+            format!(
+                "--egress={STAGING_IN_SANDBOX}/{}",
+                crate::egress::proxy::SOCKET_NAME
+            )
+            .into(),
+        );
+    }
+    if !s.preload.is_empty() {
+        runner_args.push(format!("--preload={}", s.preload.join(",")).into());
+    }
+    if let Some(dir) = s.packages {
+        let mut arg = OsString::from("--packages=");
+        match s.sandbox {
+            Sandbox::None => arg.push(dir),
+            Sandbox::Strict(_) => arg.push(crate::packages::PACKAGES_IN_SANDBOX),
+        }
+        runner_args.push(arg);
     }
     let mut setup = ChildSetup {
         rlimits: Rlimits::plan(l, !mem_cgroup, !pids_cgroup),
@@ -215,6 +244,7 @@ fn strict_command(
         block_fd: blocked.then_some(BLOCK_FD),
         command,
         tmp_bytes: s.limits.memory_bytes,
+        packages: s.packages,
     };
     let mut cmd = tokio::process::Command::new(&bwrap);
     cmd.args(bwrap::args(&plan))
@@ -229,7 +259,12 @@ fn strict_command(
         .env("HOME", WORKSPACE_IN_SANDBOX)
         .env("TMPDIR", "/tmp")
         .envs(s.extra_env.iter().copied());
-    Ok((cmd, landlock::prepare(strict.network)))
+    // With the egress proxy the runner listens on the sandbox's own
+    // loopback (the namespace has no route out).
+    Ok((
+        cmd,
+        landlock::prepare(strict.network || strict.egress.is_some()),
+    ))
 }
 
 /// Create the workspace when missing. A workspace owned by the host

@@ -85,6 +85,10 @@ pub struct StrictSandbox {
     pub gid: u32,
     /// Extra host paths mounted read-only at the same path.
     pub ro_binds: Vec<PathBuf>,
+    /// `network = "allowlist"`: no network of its own (`network` is
+    /// false), only the host's egress proxy under this policy (see
+    /// [`crate::egress`]).
+    pub egress: Option<std::sync::Arc<crate::egress::EgressPolicy>>,
 }
 
 impl Default for StrictSandbox {
@@ -95,6 +99,7 @@ impl Default for StrictSandbox {
             uid: 65534,
             gid: 65534,
             ro_binds: Vec::new(),
+            egress: None,
         }
     }
 }

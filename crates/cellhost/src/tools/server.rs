@@ -67,15 +67,18 @@ impl ToolServer {
     }
 
     /// Serve calls on `listener` under whatever authority `slot` holds.
+    /// `packages`: serves the reserved `%pip` request (see
+    /// [`crate::packages`]).
     pub(crate) fn start(
         listener: std::os::unix::net::UnixListener,
         token: Arc<str>,
         slot: AuthoritySlot,
         max_payload: usize,
+        packages: Option<Arc<crate::packages::Installer>>,
     ) -> io::Result<ToolServer> {
         let listener = tokio::net::UnixListener::from_std(listener)?;
         Ok(ToolServer {
-            task: tokio::spawn(accept(listener, token, slot, max_payload)),
+            task: tokio::spawn(accept(listener, token, slot, max_payload, packages)),
         })
     }
 }
@@ -85,6 +88,7 @@ async fn accept(
     token: Arc<str>,
     slot: AuthoritySlot,
     max: usize,
+    packages: Option<Arc<crate::packages::Installer>>,
 ) {
     // Dropping the set (when this task is aborted) aborts every connection.
     let mut conns = JoinSet::new();
@@ -95,7 +99,7 @@ async fn accept(
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, _)) if conns.len() < MAX_CONNECTIONS => {
-                    let conn = Conn { token: token.clone(), slot: slot.clone(), budget: budget.clone(), max };
+                    let conn = Conn { token: token.clone(), slot: slot.clone(), budget: budget.clone(), max, packages: packages.clone() };
                     conns.spawn(conn.serve(stream));
                 }
                 Ok((mut stream, _)) => {
@@ -132,6 +136,7 @@ struct Conn {
     slot: AuthoritySlot,
     budget: Arc<Semaphore>,
     max: usize,
+    packages: Option<Arc<crate::packages::Installer>>,
 }
 
 impl Conn {
@@ -169,12 +174,40 @@ impl Conn {
                     Ok(n) if n == len => {}
                     _ => return,
                 }
+                if let Some(args) = self.pip_request(&body) {
+                    // Streams its own frames; not a tool call (no budget).
+                    let authority = self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    let installer = self.packages.as_deref();
+                    if crate::packages::serve(installer, authority, &args, &mut wr)
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                    continue;
+                }
                 self.handle(&body).await
             };
             if wr.write_all(&framed(&reply)).await.is_err() || close {
                 return;
             }
         }
+    }
+
+    /// The arguments of a reserved `%pip` request with the right token
+    /// (anything else goes the tool path, which explains what is wrong).
+    fn pip_request(&self, body: &[u8]) -> Option<Value> {
+        let req: Request = serde_json::from_slice(body).ok()?;
+        if req.tool != crate::packages::REQUEST
+            || !same_token(req.token.as_bytes(), self.token.as_bytes())
+        {
+            return None;
+        }
+        Some(
+            req.args
+                .and_then(|raw| serde_json::from_str(raw.get()).ok())
+                .unwrap_or(Value::Null),
+        )
     }
 
     /// The reply to one request, and whether to hang up after it.

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod display;
+pub mod index;
 pub mod registry;
 pub mod remote;
 pub mod tools;
