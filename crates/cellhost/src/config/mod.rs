@@ -95,6 +95,7 @@ impl Config {
         self.sandbox.validate()?;
         self.limits.validate()?;
         self.server.validate()?;
+        self.history.validate()?;
         let mut names = std::collections::BTreeSet::new();
         for tool in &self.tools {
             tool.validate()?;
