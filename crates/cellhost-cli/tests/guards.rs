@@ -107,8 +107,7 @@ impl Response {
     }
 
     fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
     }
 }
 
@@ -321,21 +320,26 @@ fn cells_past_the_queue_bounds_get_429_with_retry_after() {
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     assert_eq!(r.header("retry-after"), Some("2"));
     assert_eq!(r.json()["error"]["code"], "too_many_queued");
-    assert!(r.body.contains("max_queued_bytes_per_session"), "{}", r.body);
+    assert!(
+        r.body.contains("max_queued_bytes_per_session"),
+        "{}",
+        r.body
+    );
     // A small one still fits (three waiting), a fourth waiting does not.
     waiting.push(spawn("'small'".into()));
     std::thread::sleep(Duration::from_millis(500));
     let r = d.exec("q", "'one too many'");
     assert_eq!(r.status, 429, "{}", r.body);
-    assert!(r.body.contains("max_queued_cells_per_session"), "{}", r.body);
+    assert!(
+        r.body.contains("max_queued_cells_per_session"),
+        "{}",
+        r.body
+    );
     // Another session is not held back by this one.
     let r = d.exec("other", "1 + 1");
     assert_eq!(r.status, 200, "{}", r.body);
 
-    assert_eq!(
-        d.call("POST", "/v1/sessions/q/interrupt", "").status,
-        200
-    );
+    assert_eq!(d.call("POST", "/v1/sessions/q/interrupt", "").status, 200);
     assert_eq!(running.join().unwrap().json()["status"], "interrupted");
     for w in waiting {
         let r = w.join().unwrap();
@@ -374,8 +378,18 @@ fn history_rows_keep_head_tail_and_hash_and_pages_are_bounded_by_bytes() {
     loop {
         let r = d.call("GET", &path, "");
         assert_eq!(r.status, 200, "{}", r.body);
-        assert!(r.body.len() < 8000 + 4096 + 2000, "page of {} bytes", r.body.len());
-        let page: Vec<i64> = r.json().as_array().unwrap().iter().map(|c| c["id"].as_i64().unwrap()).collect();
+        assert!(
+            r.body.len() < 8000 + 4096 + 2000,
+            "page of {} bytes",
+            r.body.len()
+        );
+        let page: Vec<i64> = r
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_i64().unwrap())
+            .collect();
         assert!(!page.is_empty());
         ids.splice(0..0, page);
         pages += 1;
@@ -384,7 +398,10 @@ fn history_rows_keep_head_tail_and_hash_and_pages_are_bounded_by_bytes() {
             None => break,
         }
     }
-    assert!(pages >= 2, "one page held six cells of 3000+ bytes under 8000");
+    assert!(
+        pages >= 2,
+        "one page held six cells of 3000+ bytes under 8000"
+    );
     let mut sorted = ids.clone();
     sorted.sort();
     sorted.dedup();
@@ -422,7 +439,10 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let ok = Command::new("umount").arg(&self.0).status().is_ok_and(|s| s.success());
+        let ok = Command::new("umount")
+            .arg(&self.0)
+            .status()
+            .is_ok_and(|s| s.success());
         if !ok {
             let _ = Command::new("umount").arg("-l").arg(&self.0).status();
         }
@@ -443,14 +463,25 @@ fn a_full_disk_under_the_history_is_said_in_the_answer_healthz_and_metrics() {
                 f.write(b'\\0' * (1 << 20)); f.flush(); n += 1\nexcept OSError as e:\n    print('full', e.errno, n)";
     let r = d.exec("disk", fill);
     assert_eq!(r.status, 200, "{}", r.body);
-    assert!(r.json()["stdout"].as_str().unwrap().contains("full 28"), "{}", r.body);
+    assert!(
+        r.json()["stdout"].as_str().unwrap().contains("full 28"),
+        "{}",
+        r.body
+    );
     let r = d.exec("disk", "print('z' * 40000)");
     assert_eq!(r.status, 200, "{}", r.body);
     let v = r.json();
     assert_eq!(v["status"], "success");
-    assert_eq!(v["history"]["recorded"], false, "{v}");
-    assert!(v["history"]["error"].as_str().unwrap().contains("full"), "{v}");
-    assert!(v["kernel"]["note"].as_str().unwrap().contains("not in the daemon's history"));
+    let said = format!("history: {}, note: {}", v["history"], v["kernel"]["note"]);
+    assert_eq!(v["history"]["recorded"], false, "{said}");
+    assert!(
+        v["history"]["error"].as_str().unwrap().contains("full"),
+        "{said}"
+    );
+    assert!(v["kernel"]["note"]
+        .as_str()
+        .unwrap()
+        .contains("not in the daemon's history"));
     let h = d.call("GET", "/healthz", "").json();
     assert_eq!(h["status"], "degraded", "{h}");
     assert!(metric(&d, "cellhost_history_write_failures_total") >= 1.0);

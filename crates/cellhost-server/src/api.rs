@@ -194,7 +194,10 @@ fn page_of(
     let page = PageQuery {
         session,
         limit: q.limit.unwrap_or(HISTORY_DEFAULT).min(HISTORY_MAX),
-        max_bytes: q.max_bytes.unwrap_or(PAGE_BYTES_DEFAULT).min(PAGE_BYTES_MAX),
+        max_bytes: q
+            .max_bytes
+            .unwrap_or(PAGE_BYTES_DEFAULT)
+            .min(PAGE_BYTES_MAX),
         before: q.before,
         after: q.after,
     };
@@ -244,7 +247,10 @@ fn page_response(path: &str, q: &PageQuery, mut page: Page, preview: Option<usiz
     }
     let mut resp = Json(page.rows).into_response();
     if let Some(id) = page.next_before {
-        let mut link = format!("<{path}?before={id}&limit={}&max_bytes={}", q.limit, q.max_bytes);
+        let mut link = format!(
+            "<{path}?before={id}&limit={}&max_bytes={}",
+            q.limit, q.max_bytes
+        );
         if let Some(a) = q.after {
             link.push_str(&format!("&after={a}"));
         }
@@ -351,7 +357,11 @@ pub(crate) async fn healthz(State(state): State<AppState>) -> Json<Health> {
         }
     }
     Json(Health {
-        status: if problems.is_empty() { "ok" } else { "degraded" },
+        status: if problems.is_empty() {
+            "ok"
+        } else {
+            "degraded"
+        },
         kernels: state.manager.list().len(),
         problems,
     })

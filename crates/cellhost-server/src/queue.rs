@@ -122,13 +122,25 @@ mod tests {
         let waiting = q.admit(&limits, "s", 10).unwrap();
         let e = q.admit(&limits, "s", 10).unwrap_err();
         assert_eq!(e.status, StatusCode::TOO_MANY_REQUESTS);
-        assert!(e.message.contains("max_queued_cells_per_session"), "{}", e.message);
+        assert!(
+            e.message.contains("max_queued_cells_per_session"),
+            "{}",
+            e.message
+        );
         drop(waiting);
         let e = q.admit(&limits, "s", 95).unwrap_err();
-        assert!(e.message.contains("max_queued_bytes_per_session"), "{}", e.message);
+        assert!(
+            e.message.contains("max_queued_bytes_per_session"),
+            "{}",
+            e.message
+        );
         let other = q.admit(&limits, "t", 120).unwrap();
         let e = q.admit(&limits, "u", 30).unwrap_err();
-        assert!(e.message.contains("max_queued_bytes]") || e.message.contains("max_queued_bytes)"), "{}", e.message);
+        assert!(
+            e.message.contains("max_queued_bytes]") || e.message.contains("max_queued_bytes)"),
+            "{}",
+            e.message
+        );
         drop((running, other));
         assert!(q.0.lock().unwrap().sessions.is_empty());
         assert_eq!(q.0.lock().unwrap().bytes, 0);

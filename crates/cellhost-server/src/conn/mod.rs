@@ -234,7 +234,10 @@ pub(crate) async fn run(
 /// anything else (EMFILE) waits a moment so the loop does not spin.
 async fn accept_error(e: std::io::Error) {
     use std::io::ErrorKind::*;
-    if matches!(e.kind(), ConnectionRefused | ConnectionAborted | ConnectionReset) {
+    if matches!(
+        e.kind(),
+        ConnectionRefused | ConnectionAborted | ConnectionReset
+    ) {
         return;
     }
     eprintln!("cellhost: accepting a connection failed: {e}");
@@ -262,7 +265,10 @@ async fn connection(
         let w = w.clone();
         let app = app.clone();
         async move {
-            let resp = app.oneshot(req).await.unwrap_or_else(|e: Infallible| match e {});
+            let resp = app
+                .oneshot(req)
+                .await
+                .unwrap_or_else(|e: Infallible| match e {});
             Ok::<_, Infallible>(resp.map(|b| Tracked::new(b, w)))
         }
     });
@@ -307,7 +313,11 @@ mod tests {
     fn the_busy_answer_has_the_length_it_says() {
         let text = std::str::from_utf8(BUSY).unwrap();
         let (_, body) = text.split_once("\r\n\r\n").unwrap();
-        assert!(text.contains(&format!("Content-Length: {}\r\n", body.len())), "{}", body.len());
+        assert!(
+            text.contains(&format!("Content-Length: {}\r\n", body.len())),
+            "{}",
+            body.len()
+        );
         serde_json::from_str::<serde_json::Value>(body).unwrap();
     }
 

@@ -92,14 +92,20 @@ impl ServerConfig {
             ("idle_timeout_seconds", self.idle_timeout_seconds),
             ("body_timeout_seconds", self.body_timeout_seconds),
             ("max_connections", self.max_connections as u64),
-            ("max_connections_per_peer", self.max_connections_per_peer as u64),
+            (
+                "max_connections_per_peer",
+                self.max_connections_per_peer as u64,
+            ),
         ] {
             if v == 0 {
                 return Err(format!("[server] {key} must be at least 1"));
             }
         }
         for (key, v) in [
-            ("max_queued_bytes_per_session", self.max_queued_bytes_per_session),
+            (
+                "max_queued_bytes_per_session",
+                self.max_queued_bytes_per_session,
+            ),
             ("max_queued_bytes", self.max_queued_bytes),
         ] {
             if v < self.max_body_bytes {

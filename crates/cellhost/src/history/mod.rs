@@ -429,7 +429,10 @@ fn bound(e: &mut HistoryEntry, max: usize) {
             *t = cap_text(t, max, false);
         }
     }
-    for t in [&mut e.value, &mut e.error, &mut e.note].into_iter().flatten() {
+    for t in [&mut e.value, &mut e.error, &mut e.note]
+        .into_iter()
+        .flatten()
+    {
         if t.len() > max {
             *t = cap_text(t, max, false);
         }
