@@ -122,3 +122,33 @@ impl ServerConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_keys_have_sane_defaults_and_bad_values_are_refused() {
+        let d = ServerConfig::default();
+        assert!(d.validate().is_ok());
+        assert!(d.header_timeout_seconds < d.idle_timeout_seconds);
+        assert!(d.max_connections_per_peer <= d.max_connections);
+        let zero = ServerConfig {
+            header_timeout_seconds: 0,
+            ..ServerConfig::default()
+        };
+        assert!(zero
+            .validate()
+            .unwrap_err()
+            .contains("header_timeout_seconds"));
+        let small = ServerConfig {
+            max_queued_bytes_per_session: 1024,
+            ..ServerConfig::default()
+        };
+        let err = small.validate().unwrap_err();
+        assert!(
+            err.contains("max_queued_bytes_per_session") && err.contains("max_body_bytes"),
+            "{err}"
+        );
+    }
+}
