@@ -74,6 +74,7 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
             shutdown_grace: host.config.server.shutdown_grace(),
             allowed_hosts: host.config.server.allowed_hosts.clone(),
             bound: Some(listening.addr),
+            limits: cellhost_server::HttpLimits::from_config(&host.config.server),
         },
     );
     let url = format!("http://{}", listening.addr);

@@ -1,5 +1,8 @@
 // cellhost dashboard: polls the daemon's own API once a second. No
 // framework, no CDN: everything the page needs is served by the daemon.
+// The history is fetched incrementally (only cells newer than the last
+// one seen, each text cut to a preview) and at most KEEP cells are kept:
+// a poll costs what changed, not the whole history.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
@@ -92,7 +95,7 @@ function renderCells(cells) {
     b[1][b[1].length - 1].id - a[1][a[1].length - 1].id);
   $("#sessions").replaceChildren(...groups.map(([who, list]) => el("div", { class: "session", "data-session": who },
     el("h3", {}, who),
-    ...list.slice(-10).reverse().map((c) => el("div", { class: "cell " + c.status, "data-cell": c.id },
+    ...list.slice(-SHOWN).reverse().map((c) => el("div", { class: "cell " + c.status, "data-cell": c.id },
       el("div", { class: "meta" },
         "[" + c.execution_count + "] " + c.status + " · " + (c.duration_seconds * 1000).toFixed(1) + " ms · " +
         new Date(c.started_at * 1000).toLocaleTimeString() + (c.note ? " · " + c.note : "")),
@@ -106,14 +109,28 @@ function renderCells(cells) {
   $("#no-cells").hidden = cells.length > 0;
 }
 
+// Cells kept and shown (the last SHOWN per session), and the preview size.
+const KEEP = 200, SHOWN = 10, PREVIEW = 2000;
+let cells = [];
+
+async function fetchCells() {
+  const last = cells.length ? cells[cells.length - 1].id : null;
+  const q = "limit=" + KEEP + "&max_bytes=1048576&preview=" + PREVIEW + (last === null ? "" : "&after=" + last);
+  const fresh = await getJSON("/v1/history?" + q).catch(() => []);
+  if (fresh.length) {
+    cells = cells.concat(fresh).slice(-KEEP);
+  }
+  return cells;
+}
+
 async function refresh() {
   try {
-    const [kernels, cells] = await Promise.all([
+    const [kernels, shown] = await Promise.all([
       getJSON("/v1/kernels"),
-      getJSON("/v1/history?limit=200").catch(() => []),
+      fetchCells(),
     ]);
     renderKernels(kernels);
-    renderCells(cells);
+    renderCells(shown);
     $("#status").textContent = "live · updated " + new Date().toLocaleTimeString();
   } catch (e) {
     $("#status").textContent = "cannot reach the server: " + e.message;

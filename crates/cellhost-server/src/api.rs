@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use cellhost::history::HistoryEntry;
+use cellhost::history::{cap_text, Page, PageQuery};
 use cellhost::registry::belongs_to_session;
 use cellhost::KernelSummary;
 use serde::{Deserialize, Serialize};
@@ -155,30 +155,56 @@ pub(crate) struct HistoryQuery {
     /// Most cells returned, newest ones, oldest first (default 100, at
     /// most 10000).
     limit: Option<usize>,
+    /// Most bytes of code and output in the page (default 2 MiB, at most
+    /// 16 MiB); the newest cell comes even when it alone is larger.
+    max_bytes: Option<usize>,
+    /// Only cells older than this id: the `Cellhost-Next-Before` header
+    /// of the previous page, which is there when older cells were left out.
+    before: Option<i64>,
+    /// Only cells newer than this id (a poller's last seen id).
+    after: Option<i64>,
+    /// Cut each text field to about this many bytes (head and tail), for
+    /// a listing; at least 256.
+    preview: Option<usize>,
 }
 
-fn limit_of(q: Result<Query<HistoryQuery>, QueryRejection>) -> Result<usize, ApiError> {
+/// Default and largest `max_bytes` of a history page.
+const PAGE_BYTES_DEFAULT: usize = 2 << 20;
+const PAGE_BYTES_MAX: usize = 16 << 20;
+
+fn page_of(
+    q: Result<Query<HistoryQuery>, QueryRejection>,
+    session: Option<String>,
+) -> Result<(PageQuery, Option<usize>), ApiError> {
     let Query(q) = q.map_err(|r| {
         ApiError::bad_request(
             "bad_query",
-            format!("{}; use ?limit=N with N a positive number", r.body_text()),
+            format!(
+                "{}; use ?limit=N&max_bytes=N&before=ID&after=ID&preview=N with positive numbers",
+                r.body_text()
+            ),
         )
     })?;
-    match q.limit {
-        Some(0) => Err(ApiError::bad_request(
+    if q.limit == Some(0) || q.max_bytes == Some(0) {
+        return Err(ApiError::bad_request(
             "bad_query",
-            "limit must be at least 1",
-        )),
-        Some(n) => Ok(n.min(HISTORY_MAX)),
-        None => Ok(HISTORY_DEFAULT),
+            "limit and max_bytes must be at least 1",
+        ));
     }
+    let page = PageQuery {
+        session,
+        limit: q.limit.unwrap_or(HISTORY_DEFAULT).min(HISTORY_MAX),
+        max_bytes: q
+            .max_bytes
+            .unwrap_or(PAGE_BYTES_DEFAULT)
+            .min(PAGE_BYTES_MAX),
+        before: q.before,
+        after: q.after,
+    };
+    Ok((page, q.preview.map(|p| p.max(256))))
 }
 
-async fn read_history(
-    state: &AppState,
-    session: Option<String>,
-    limit: usize,
-) -> Result<Vec<HistoryEntry>, ApiError> {
+async fn read_history(state: &AppState, q: PageQuery) -> Result<Page, ApiError> {
     let Some(history) = state.history.clone() else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
@@ -186,13 +212,9 @@ async fn read_history(
             "this server keeps no history ([history] enabled = false)",
         ));
     };
-    let rows = tokio::task::spawn_blocking(move || match &session {
-        Some(s) => history.session(s, limit),
-        None => history.recent(limit),
-    })
-    .await;
+    let rows = tokio::task::spawn_blocking(move || history.page(&q)).await;
     match rows {
-        Ok(Ok(rows)) => Ok(rows),
+        Ok(Ok(page)) => Ok(page),
         Ok(Err(e)) => {
             eprintln!("cellhost: {e}");
             Err(ApiError::new(
@@ -209,12 +231,49 @@ async fn read_history(
     }
 }
 
-/// The session's last cells (its children's included), oldest first.
+/// The rows as JSON (an array, as before paging), with the continuation
+/// in `Cellhost-Next-Before` and a `Link: <…?before=ID…>; rel="next"`.
+fn page_response(path: &str, q: &PageQuery, mut page: Page, preview: Option<usize>) -> Response {
+    if let Some(n) = preview {
+        for r in &mut page.rows {
+            r.code = cap_text(&r.code, n, true);
+            for t in [&mut r.stdout, &mut r.stderr] {
+                *t = cap_text(t, n, false);
+            }
+            for t in [&mut r.value, &mut r.error].into_iter().flatten() {
+                *t = cap_text(t, n, false);
+            }
+        }
+    }
+    let mut resp = Json(page.rows).into_response();
+    if let Some(id) = page.next_before {
+        let mut link = format!(
+            "<{path}?before={id}&limit={}&max_bytes={}",
+            q.limit, q.max_bytes
+        );
+        if let Some(a) = q.after {
+            link.push_str(&format!("&after={a}"));
+        }
+        if let Some(p) = preview {
+            link.push_str(&format!("&preview={p}"));
+        }
+        link.push_str(">; rel=\"next\"");
+        let h = resp.headers_mut();
+        h.insert("cellhost-next-before", id.into());
+        if let Ok(v) = link.parse() {
+            h.insert(header::LINK, v);
+        }
+    }
+    resp
+}
+
+/// The session's last cells (its children's included), oldest first,
+/// bounded by rows and bytes.
 #[utoipa::path(
     get, path = "/v1/sessions/{session}/history",
     params(("session" = String, Path, description = "Session id"), HistoryQuery),
     responses(
-        (status = 200, description = "Recorded cells: session, child, code, status, stdout, stderr, value, error, started_at, duration_seconds, execution_count, kernel_id, tool_calls_made"),
+        (status = 200, description = "Recorded cells: session, child, code, status, stdout, stderr, value, error, started_at, duration_seconds, execution_count, kernel_id, tool_calls_made. When older cells were left out (limit or max_bytes), the header Cellhost-Next-Before names the id to pass as ?before= for the next page (also as a Link rel=next)."),
         (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
     )
 )]
@@ -222,28 +281,44 @@ pub(crate) async fn session_history(
     State(state): State<AppState>,
     session: Result<Path<String>, PathRejection>,
     query: Result<Query<HistoryQuery>, QueryRejection>,
-) -> Result<Json<Vec<HistoryEntry>>, ApiError> {
+) -> Result<Response, ApiError> {
     let Path(session) = session.map_err(path_error)?;
-    let limit = limit_of(query)?;
-    let rows = read_history(&state, Some(session.clone()), limit).await?;
-    if rows.is_empty() && !has_kernels(&state, &session) {
+    let (q, preview) = page_of(query, Some(session.clone()))?;
+    let page = read_history(&state, q.clone()).await?;
+    let cursor = q.before.is_some() || q.after.is_some();
+    if page.rows.is_empty() && !cursor && !has_kernels(&state, &session) {
         return Err(ApiError::unknown_session(&session));
     }
-    Ok(Json(rows))
+    let path = format!("/v1/sessions/{}/history", percent(&session));
+    Ok(page_response(&path, &q, page, preview))
 }
 
-/// The last cells of every session, oldest first (the dashboard's feed).
+/// The last cells of every session, oldest first (the dashboard's feed),
+/// bounded by rows and bytes.
 #[utoipa::path(
     get, path = "/v1/history",
     params(HistoryQuery),
-    responses((status = 200, description = "Recorded cells of all sessions"))
+    responses((status = 200, description = "Recorded cells of all sessions; Cellhost-Next-Before / Link rel=next when older cells were left out"))
 )]
 pub(crate) async fn recent_history(
     State(state): State<AppState>,
     query: Result<Query<HistoryQuery>, QueryRejection>,
-) -> Result<Json<Vec<HistoryEntry>>, ApiError> {
-    let limit = limit_of(query)?;
-    Ok(Json(read_history(&state, None, limit).await?))
+) -> Result<Response, ApiError> {
+    let (q, preview) = page_of(query, None)?;
+    let page = read_history(&state, q.clone()).await?;
+    Ok(page_response("/v1/history", &q, page, preview))
+}
+
+/// A path segment with everything but unreserved characters escaped.
+fn percent(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// Live kernels: owner, key, state, idle time, RSS, execution count.
@@ -257,16 +332,38 @@ pub(crate) async fn kernels(State(state): State<AppState>) -> Json<Vec<KernelSum
 
 #[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct Health {
+    /// `ok`, or `degraded` while something below is wrong (the daemon
+    /// still runs cells).
     status: &'static str,
     kernels: usize,
+    /// What is wrong, one sentence each (absent when `ok`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    problems: Vec<String>,
 }
 
-/// Liveness (no auth needed).
+/// Liveness (no auth needed); `degraded` when the history cannot be
+/// written (a full disk).
 #[utoipa::path(get, path = "/healthz", responses((status = 200, body = Health)))]
 pub(crate) async fn healthz(State(state): State<AppState>) -> Json<Health> {
+    let mut problems = Vec::new();
+    if let Some(h) = &state.history {
+        let health = h.health();
+        if let Some(why) = health.failing {
+            problems.push(format!(
+                "history: the latest cell could not be recorded ({why}; {} row(s) lost since \
+                 start); free space in the data dir",
+                health.write_failures
+            ));
+        }
+    }
     Json(Health {
-        status: "ok",
+        status: if problems.is_empty() {
+            "ok"
+        } else {
+            "degraded"
+        },
         kernels: state.manager.list().len(),
+        problems,
     })
 }
 

@@ -13,6 +13,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds for a `Retry-After` header (429, 503).
+    pub retry_after: Option<u64>,
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -34,7 +36,14 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// Ask the client to retry after `seconds` (`Retry-After`).
+    pub fn retry_after(mut self, seconds: u64) -> ApiError {
+        self.retry_after = Some(seconds);
+        self
     }
 
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
@@ -61,7 +70,12 @@ impl IntoResponse for ApiError {
                 message: self.message,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut resp = (self.status, Json(body)).into_response();
+        if let Some(s) = self.retry_after {
+            resp.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, s.into());
+        }
+        resp
     }
 }
 

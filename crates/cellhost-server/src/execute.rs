@@ -3,7 +3,10 @@
 //!
 //! Every cell runs in its own task, so a client that hangs up never
 //! cancels it halfway: it still finishes, is counted and lands in the
-//! history. A result is sent only after its history row has committed.
+//! history. A result is sent only after its history row has committed;
+//! when it could not be (a full disk), the answer says so in a `history`
+//! field and in its note. Cells in flight are bounded per session and in
+//! total (`queue`: 429 past the bounds).
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
@@ -225,7 +228,10 @@ pub(crate) async fn run(
         cell = cell.clone().events(tx);
         rx
     });
-    let result = spawn_cell(&state, session, owner, req, cell);
+    let result = match spawn_cell(&state, session, owner, req, cell) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
     match events {
         None => match result.await {
             Ok(Ok(r)) => Json(r).into_response(),
@@ -241,15 +247,43 @@ pub(crate) async fn run(
     }
 }
 
+/// A cell's answer: its result, and (only when its history row could not
+/// be written) a `history` field saying so. Additive to the cell-result
+/// contract: clients that do not know the field still get the result.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct Ran {
+    #[serde(flatten)]
+    pub(crate) result: CellResult,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) history: Option<NotRecorded>,
+}
+
+/// `"history": {"recorded": false, "error": "…"}`.
+#[derive(Debug, serde::Serialize)]
+pub(crate) struct NotRecorded {
+    recorded: bool,
+    error: String,
+}
+
+/// What the task sends back.
+pub(crate) type Answer = Result<Ran, ApiError>;
+
 /// Run `cell` in its own task (counted, recorded in metrics and history
 /// as `session`'s), so a caller that goes away never cuts it halfway.
+///
+/// # Errors
+/// A 429 [`ApiError`] (with `Retry-After`) when the session already has
+/// as many cells waiting, or as much code in flight, as allowed.
 pub(crate) fn spawn_cell(
     state: &AppState,
     session: String,
     owner: String,
     req: ExecuteRequest,
     cell: Cell,
-) -> oneshot::Receiver<Result<CellResult, ApiError>> {
+) -> Result<oneshot::Receiver<Answer>, ApiError> {
+    let ticket = state
+        .queue
+        .admit(&state.options.limits, &session, req.code.len())?;
     let (done, result) = oneshot::channel();
     // Counted before the task exists, so a shutdown that starts now still
     // waits for this cell (and its history row).
@@ -261,9 +295,9 @@ pub(crate) fn spawn_cell(
         req,
         cell,
         done,
-        in_flight,
+        (in_flight, ticket),
     ));
-    result
+    Ok(result)
 }
 
 async fn run_cell(
@@ -272,8 +306,8 @@ async fn run_cell(
     owner: String,
     req: ExecuteRequest,
     cell: Cell,
-    done: oneshot::Sender<Result<CellResult, ApiError>>,
-    _in_flight: InFlight,
+    done: oneshot::Sender<Answer>,
+    _held: (InFlight, crate::queue::Ticket),
 ) {
     let started_at = unix_now();
     let mut result = state
@@ -284,25 +318,52 @@ async fn run_cell(
     if let Ok(r) = &mut result {
         tell_restart(&state, &owner, r);
     }
-    match &result {
+    let mut history = None;
+    match &mut result {
         Ok(r) => {
             state.metrics.record(r);
             // Answer only once the row has committed: a cell the client
             // saw is in the history even if the daemon is SIGKILLed next.
             if let Some(h) = &state.history {
-                h.record_committed(HistoryEntry::of(
-                    &session,
-                    req.child.as_deref(),
-                    &req.code,
-                    started_at,
-                    r,
-                ))
-                .await;
+                let committed = h
+                    .record_committed(HistoryEntry::of(
+                        &session,
+                        req.child.as_deref(),
+                        &req.code,
+                        started_at,
+                        r,
+                    ))
+                    .await;
+                if !committed {
+                    history = Some(not_recorded(h, r));
+                }
             }
         }
         Err(_) => state.metrics.failed(),
     }
-    let _ = done.send(result);
+    let _ = done.send(result.map(|result| Ran { result, history }));
+}
+
+/// The cell's row could not be written: say so in the answer (a field for
+/// programs, a sentence in the note for people and models).
+fn not_recorded(h: &cellhost::history::History, r: &mut CellResult) -> NotRecorded {
+    let why = h
+        .health()
+        .failing
+        .unwrap_or_else(|| "the history writer has stopped".to_owned());
+    let error = format!(
+        "this cell ran but is not in the daemon's history: its row could not be written ({why}); \
+         free space in the daemon's data dir (see /healthz)"
+    );
+    let sentence = format!("History: {error}.");
+    r.kernel.note = Some(match r.kernel.note.take() {
+        Some(n) if !n.is_empty() => format!("{n} {sentence}"),
+        _ => sentence,
+    });
+    NotRecorded {
+        recorded: false,
+        error,
+    }
 }
 
 /// Owners (sessions and `{session}::child::{child}`) with recorded cells.
@@ -386,12 +447,12 @@ pub(crate) fn unix_now() -> f64 {
 /// already queued are sent, then the result.
 fn sse_response(
     events: mpsc::UnboundedReceiver<CellEvent>,
-    result: oneshot::Receiver<Result<CellResult, ApiError>>,
+    result: oneshot::Receiver<Answer>,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, std::convert::Infallible>>> {
     enum Phase {
         Running(
             mpsc::UnboundedReceiver<CellEvent>,
-            oneshot::Receiver<Result<CellResult, ApiError>>,
+            oneshot::Receiver<Answer>,
         ),
         Draining(mpsc::UnboundedReceiver<CellEvent>, Event),
         Done,
@@ -435,7 +496,7 @@ fn sse_response(
 }
 
 /// The `result` (or `error`) event that ends a stream.
-fn final_event(r: Result<Result<CellResult, ApiError>, oneshot::error::RecvError>) -> Event {
+fn final_event(r: Result<Answer, oneshot::error::RecvError>) -> Event {
     match r {
         Ok(Ok(r)) => json_event("result", &r),
         Ok(Err(e)) => json_event(

@@ -8,10 +8,13 @@
 //! cell it becomes, SSE), `error` (one JSON error shape), `auth` (Bearer
 //! token), `guard` (Host, Origin and Content-Type checks), `metrics`,
 //! `openapi`, `dashboard` (embedded assets), `mcp` (MCP over streamable
-//! HTTP at `/mcp`), `serve` (binding and shutdown).
+//! HTTP at `/mcp`), `serve` (binding and shutdown), `conn` (the accept
+//! loop: connection caps and timeouts), `queue` (bounds on cells in
+//! flight).
 
 mod api;
 mod auth;
+mod conn;
 mod dashboard;
 mod error;
 mod execute;
@@ -19,6 +22,7 @@ mod guard;
 mod mcp;
 mod metrics;
 mod openapi;
+mod queue;
 mod serve;
 pub mod webhook;
 
@@ -33,6 +37,7 @@ use axum::Router;
 use cellhost::history::History;
 use cellhost::registry::KernelManager;
 
+pub use conn::HttpLimits;
 pub use error::ApiError;
 pub use execute::{build_cell, ExecuteRequest};
 pub use serve::{serve, shutdown_signal, Listening, ServeError};
@@ -51,6 +56,8 @@ pub struct ServerOptions {
     pub allowed_hosts: Vec<String>,
     /// The address the daemon is bound to (its IP is an allowed Host).
     pub bound: Option<SocketAddr>,
+    /// Connection caps and timeouts, bounds on queued cells.
+    pub limits: HttpLimits,
 }
 
 impl Default for ServerOptions {
@@ -61,6 +68,7 @@ impl Default for ServerOptions {
             shutdown_grace: Duration::from_secs(30),
             allowed_hosts: Vec::new(),
             bound: None,
+            limits: HttpLimits::default(),
         }
     }
 }
@@ -81,6 +89,10 @@ pub struct AppState {
     /// none yet under this one: their first cell here says their state
     /// was lost (the old daemon's kernels are gone, crashed or stopped).
     pub(crate) previous: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Cells in flight per session (429 past the bounds).
+    pub(crate) queue: queue::Queue,
+    /// Connection counters (`/metrics`).
+    pub(crate) conns: Arc<conn::ConnStats>,
 }
 
 impl AppState {
@@ -101,6 +113,8 @@ impl AppState {
             in_flight: Arc::default(),
             mcp_stop: cellhost_mcp::CancellationToken::new(),
             previous: Arc::new(std::sync::Mutex::new(previous)),
+            queue: queue::Queue::default(),
+            conns: Arc::default(),
         }
     }
 }

@@ -35,8 +35,9 @@ impl CellRunner for DaemonRunner {
         };
         let result = spawn_cell(&self.0, owner.clone(), owner, req, cell);
         Box::pin(async move {
+            let result = result.map_err(|e| e.message)?;
             match result.await {
-                Ok(Ok(r)) => Ok(r),
+                Ok(Ok(r)) => Ok(r.result),
                 Ok(Err(e)) => Err(e.message),
                 Err(_) => {
                     Err("the cell's task ended without a result; see the server's log".into())

@@ -204,10 +204,65 @@ pub(crate) async fn render(State(state): State<AppState>) -> impl IntoResponse {
             "Requests the egress proxy refused (network = allowlist).",
             cellhost::egress::decisions().1,
         ),
+        (
+            "cellhost_history_write_failures_total",
+            "Cells whose history row could not be committed (a full disk).",
+            state
+                .history
+                .as_ref()
+                .map_or(0, |h| h.health().write_failures),
+        ),
+        (
+            "cellhost_connections_accepted_total",
+            "TCP connections accepted.",
+            state.conns.accepted.load(Ordering::Relaxed),
+        ),
+        (
+            "cellhost_connections_refused_total",
+            "Connections closed at once past [server] max_connections(_per_peer).",
+            state.conns.refused.load(Ordering::Relaxed),
+        ),
+        (
+            "cellhost_connections_header_timeouts_total",
+            "Connections closed for not sending a request's headers in time.",
+            state.conns.header_timeouts.load(Ordering::Relaxed),
+        ),
+        (
+            "cellhost_connections_idle_timeouts_total",
+            "Kept-alive connections closed after the idle timeout.",
+            state.conns.idle_timeouts.load(Ordering::Relaxed),
+        ),
+        (
+            "cellhost_connections_write_timeouts_total",
+            "Connections closed because the client read nothing of a response.",
+            state.conns.write_timeouts.load(Ordering::Relaxed),
+        ),
     ] {
         family(&mut out, name, "counter", help);
         let _ = writeln!(out, "{name} {v}");
     }
+    family(
+        &mut out,
+        "cellhost_connections_open",
+        "gauge",
+        "Open client connections.",
+    );
+    let _ = writeln!(
+        out,
+        "cellhost_connections_open {}",
+        state.conns.open.load(Ordering::Relaxed)
+    );
+    family(
+        &mut out,
+        "cellhost_history_degraded",
+        "gauge",
+        "1 while the latest history write failed.",
+    );
+    let degraded = state
+        .history
+        .as_ref()
+        .is_some_and(|h| h.health().failing.is_some());
+    let _ = writeln!(out, "cellhost_history_degraded {}", u8::from(degraded));
     (
         [(
             header::CONTENT_TYPE,

@@ -4,7 +4,8 @@
 //! running cells finish for up to the grace period, kills every kernel
 //! (a cell still running then ends with `state_lost` and its caller gets
 //! that result), waits for those cells to be recorded, gives responses a
-//! moment to go out, and flushes the history.
+//! moment to go out, and flushes the history. Connections are served by
+//! `conn` (caps and timeouts).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -59,18 +60,17 @@ impl Listening {
 pub async fn serve(listening: Listening, state: AppState, shutdown: impl Future<Output = ()>) {
     let app = crate::router(state.clone());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(async move {
-        use axum::serve::ListenerExt;
-        // Replies are small: send them at once rather than wait on Nagle.
-        let listener = listening.listener.tap_io(|tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let _ = axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await;
-    });
+    let limits = state.options.limits.clone().fit_open_files();
+    let conns = state.conns.clone();
+    let server = tokio::spawn(crate::conn::run(
+        listening.listener,
+        app,
+        limits,
+        conns,
+        async {
+            let _ = stopped.await;
+        },
+    ));
     shutdown.await;
     let _ = stop.send(());
     let deadline = Instant::now() + state.options.shutdown_grace;

@@ -103,6 +103,7 @@ impl Config {
         self.server.validate()?;
         self.packages.validate()?;
         self.kernel.validate()?;
+        self.history.validate()?;
         let mut names = std::collections::BTreeSet::new();
         for tool in &self.tools {
             tool.validate()?;

@@ -14,12 +14,23 @@
 //! own connection (WAL lets them run beside the writer); call them from
 //! `spawn_blocking` in async code. Retention (`[history] max_rows`,
 //! `max_days`) is applied at open and every [`PRUNE_EVERY`] rows.
+//!
+//! Rows are bounded: each text field keeps at most `[history]
+//! max_field_bytes` (head and tail, see [`cap_text`]), and
+//! [`History::page`] reads at most a given number of rows *and* bytes,
+//! saying where the next (older) page starts. A row that cannot be
+//! committed (a full disk) is never silent: the waiter learns it, and
+//! [`History::health`] counts it and says why until a later row commits.
 
+mod cap;
 mod store;
 
+pub use cap::{cap_text, sha256_hex, CUT_MARKER};
+
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use cellhost_protocol::CellResult;
@@ -142,11 +153,69 @@ impl std::future::Future for Committed {
     }
 }
 
+/// How the writes are going (`/healthz`, `/metrics`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HistoryHealth {
+    /// Rows that could not be committed since the history was opened.
+    pub write_failures: u64,
+    /// Why the latest write failed, while no later write has succeeded
+    /// (`None`: the latest write committed).
+    pub failing: Option<String>,
+}
+
+/// Shared by the writer thread and the readers of [`History::health`].
+#[derive(Debug, Default)]
+pub(crate) struct Health {
+    failures: AtomicU64,
+    failing: Mutex<Option<String>>,
+}
+
+impl Health {
+    fn committed(&self) {
+        let mut f = self.failing.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_some() {
+            *f = None;
+        }
+    }
+
+    fn failed(&self, rows: usize, why: String) {
+        self.failures.fetch_add(rows as u64, Ordering::Relaxed);
+        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+    }
+}
+
+/// What [`History::page`] reads.
+#[derive(Debug, Clone, Default)]
+pub struct PageQuery {
+    /// One session's cells (its children's included); `None`: every session.
+    pub session: Option<String>,
+    /// Most rows.
+    pub limit: usize,
+    /// Most bytes of text (code and output) in the page; the newest row
+    /// is returned even when it alone is larger.
+    pub max_bytes: usize,
+    /// Only rows older than this id (the previous page's `next_before`).
+    pub before: Option<i64>,
+    /// Only rows newer than this id (a poller's last seen id).
+    pub after: Option<i64>,
+}
+
+/// A page of history: the newest matching rows, oldest first.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    pub rows: Vec<HistoryEntry>,
+    /// Older matching rows were left out: ask again with `before` = this.
+    pub next_before: Option<i64>,
+}
+
 /// The history store. Cheap to share behind an `Arc`.
 pub struct History {
     path: PathBuf,
     /// `[history] wait_for_commit`.
     wait_for_commit: bool,
+    /// `[history] max_field_bytes`.
+    max_field: usize,
+    health: Arc<Health>,
     tx: Mutex<Option<mpsc::Sender<Msg>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     cleaner: Cleaner,
@@ -216,9 +285,11 @@ impl History {
         })?;
         let (tx, rx) = mpsc::channel();
         let p = path.to_owned();
+        let health = Arc::new(Health::default());
+        let h = health.clone();
         let writer = std::thread::Builder::new()
             .name("cellhost-history".into())
-            .spawn(move || store::writer(conn, rx, retention, &p))
+            .spawn(move || store::writer(conn, rx, retention, &p, &h))
             .map_err(|source| HistoryError::Dir {
                 path: path.to_owned(),
                 source,
@@ -226,6 +297,8 @@ impl History {
         Ok(History {
             path: path.to_owned(),
             wait_for_commit: config.wait_for_commit,
+            max_field: config.max_field_bytes.max(1024),
+            health,
             tx: Mutex::new(Some(tx)),
             writer: Mutex::new(Some(writer)),
             cleaner: Cleaner::new(secrets),
@@ -260,6 +333,7 @@ impl History {
 
     fn send_row(&self, mut entry: HistoryEntry, done: Option<tokio::sync::oneshot::Sender<bool>>) {
         entry.code = self.cleaner.redact(&entry.code);
+        bound(&mut entry, self.max_field);
         if let Some(tx) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
             // A closed writer drops `done`, which resolves the wait as false.
             let _ = tx.send(Msg::Row(Box::new(entry), done));
@@ -288,13 +362,42 @@ impl History {
         }
     }
 
+    /// How the writes are going: failures so far, and why the latest
+    /// failed while no later write has committed.
+    pub fn health(&self) -> HistoryHealth {
+        HistoryHealth {
+            write_failures: self.health.failures.load(Ordering::Relaxed),
+            failing: self
+                .health
+                .failing
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
+    }
+
+    /// A page of history bounded by rows and bytes (see [`PageQuery`]).
+    /// Blocking.
+    ///
+    /// # Errors
+    /// [`HistoryError::Sqlite`] when the database cannot be read.
+    pub fn page(&self, q: &PageQuery) -> Result<Page, HistoryError> {
+        let mut page = store::page(&self.path, q)?;
+        for r in &mut page.rows {
+            bound(r, self.max_field);
+        }
+        Ok(page)
+    }
+
     /// The last `limit` cells of `session` (its children's included),
     /// oldest first. Blocking.
     ///
     /// # Errors
     /// [`HistoryError::Sqlite`] when the database cannot be read.
     pub fn session(&self, session: &str, limit: usize) -> Result<Vec<HistoryEntry>, HistoryError> {
-        store::query(&self.path, Some(session), limit)
+        let mut rows = store::query(&self.path, Some(session), limit)?;
+        rows.iter_mut().for_each(|r| bound(r, self.max_field));
+        Ok(rows)
     }
 
     /// Every `(session, child)` with at least one recorded cell. Blocking.
@@ -310,7 +413,29 @@ impl History {
     /// # Errors
     /// [`HistoryError::Sqlite`] when the database cannot be read.
     pub fn recent(&self, limit: usize) -> Result<Vec<HistoryEntry>, HistoryError> {
-        store::query(&self.path, None, limit)
+        let mut rows = store::query(&self.path, None, limit)?;
+        rows.iter_mut().for_each(|r| bound(r, self.max_field));
+        Ok(rows)
+    }
+}
+
+/// Cut every text field of a row to `max` bytes (head and tail).
+fn bound(e: &mut HistoryEntry, max: usize) {
+    if e.code.len() > max {
+        e.code = cap_text(&e.code, max, true);
+    }
+    for t in [&mut e.stdout, &mut e.stderr] {
+        if t.len() > max {
+            *t = cap_text(t, max, false);
+        }
+    }
+    for t in [&mut e.value, &mut e.error, &mut e.note]
+        .into_iter()
+        .flatten()
+    {
+        if t.len() > max {
+            *t = cap_text(t, max, false);
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{HistoryEntry, HistoryError, Msg, PRUNE_EVERY};
+use super::{Health, HistoryEntry, HistoryError, Msg, Page, PageQuery, PRUNE_EVERY};
 use crate::config::HistoryConfig;
 
 const SCHEMA: &str = "
@@ -107,7 +107,13 @@ fn now() -> f64 {
 }
 
 /// The writer thread: commit rows in batches until every sender is gone.
-pub(super) fn writer(mut conn: Connection, rx: mpsc::Receiver<Msg>, r: Retention, path: &Path) {
+pub(super) fn writer(
+    mut conn: Connection,
+    rx: mpsc::Receiver<Msg>,
+    r: Retention,
+    path: &Path,
+    health: &Health,
+) {
     let mut since_prune = 0u64;
     while let Ok(first) = rx.recv() {
         // Linger a little so a busy daemon commits many rows at once
@@ -146,12 +152,16 @@ pub(super) fn writer(mut conn: Connection, rx: mpsc::Receiver<Msg>, r: Retention
         if !rows.is_empty() {
             since_prune += rows.len() as u64;
             let committed = insert(&mut conn, &rows);
-            if let Err(e) = &committed {
-                eprintln!(
-                    "cellhost: failed to record {} cell(s) in the history database {}: {e}",
-                    rows.len(),
-                    path.display()
-                );
+            match &committed {
+                Ok(()) => health.committed(),
+                Err(e) => {
+                    eprintln!(
+                        "cellhost: failed to record {} cell(s) in the history database {}: {e}",
+                        rows.len(),
+                        path.display()
+                    );
+                    health.failed(rows.len(), e.to_string());
+                }
             }
             for w in waiters {
                 let _ = w.send(committed.is_ok());
@@ -259,6 +269,85 @@ pub(super) fn query(
     rows.reverse();
     Ok(rows)
 }
+
+/// The newest rows matching `q` within its row and byte bounds, oldest
+/// first. Sizes are read first (`octet_length` needs no row content), so
+/// rows left out of the page are never loaded.
+pub(super) fn page(path: &Path, q: &PageQuery) -> Result<Page, HistoryError> {
+    let err = || sqlite("read the history database", path);
+    let conn = reader(path)?;
+    let mut filter = String::from("WHERE 1");
+    let mut args: Vec<rusqlite::types::Value> = Vec::new();
+    if let Some(s) = &q.session {
+        args.push(s.clone().into());
+        filter.push_str(&format!(" AND session = ?{}", args.len()));
+    }
+    if let Some(b) = q.before {
+        args.push(b.into());
+        filter.push_str(&format!(" AND id < ?{}", args.len()));
+    }
+    if let Some(a) = q.after {
+        args.push(a.into());
+        filter.push_str(&format!(" AND id > ?{}", args.len()));
+    }
+    let limit = q.limit.clamp(1, i64::MAX as usize - 1);
+    args.push(((limit + 1) as i64).into());
+    let sizes = format!(
+        "SELECT id, octet_length(code) + octet_length(stdout) + octet_length(stderr)
+                + coalesce(octet_length(value), 0) + coalesce(octet_length(error), 0)
+                + coalesce(octet_length(note), 0)
+         FROM cells {filter} ORDER BY id DESC LIMIT ?{}",
+        args.len()
+    );
+    let mut stmt = conn.prepare(&sizes).map_err(err())?;
+    let sized: Vec<(i64, i64)> = stmt
+        .query_map(rusqlite::params_from_iter(&args), |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .map_err(err())?
+        .collect::<Result<_, _>>()
+        .map_err(err())?;
+    let mut bytes = 0usize;
+    let mut taken = 0usize;
+    for (_, size) in &sized {
+        let size = usize::try_from(*size).unwrap_or(0);
+        if taken == limit || (taken > 0 && bytes + size > q.max_bytes) {
+            break;
+        }
+        bytes += size;
+        taken += 1;
+    }
+    let next_before = (taken < sized.len()).then(|| sized[taken - 1].0);
+    let Some(&(newest, _)) = sized.first() else {
+        return Ok(Page::default());
+    };
+    let oldest = sized[taken - 1].0;
+    args.truncate(usize::from(q.session.is_some()));
+    args.push(oldest.into());
+    args.push(newest.into());
+    let n = args.len();
+    let session = if q.session.is_some() {
+        "session = ?1 AND"
+    } else {
+        ""
+    };
+    let mut stmt = conn
+        .prepare(&format!(
+            "SELECT {COLS} FROM cells WHERE {session} id >= ?{} AND id <= ?{n} ORDER BY id",
+            n - 1
+        ))
+        .map_err(err())?;
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(&args), row)
+        .map_err(err())?
+        .collect::<Result<_, _>>()
+        .map_err(err())?;
+    Ok(Page { rows, next_before })
+}
+
+const COLS: &str = "id, session, child, code, status, stdout, stderr, value, error, started_at,
+                duration_seconds, execution_count, kernel_id, tool_calls_made, state_reset,
+                state_lost, note";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryEntry> {
     Ok(HistoryEntry {

@@ -184,3 +184,60 @@ async fn without_wait_for_commit_the_answer_does_not_wait_but_the_row_lands() {
     assert_eq!(rows.len(), 1);
     h.close();
 }
+
+#[test]
+fn pages_are_bounded_by_rows_and_bytes_and_continue_where_they_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = History::open(&dir.path().join("h.sqlite"), &HistoryConfig::default(), []).unwrap();
+    for i in 0..5 {
+        h.record(HistoryEntry::of(
+            "s",
+            None,
+            "c",
+            now(),
+            &result(&format!("{i}").repeat(1000)),
+        ));
+    }
+    h.record(HistoryEntry::of("t", None, "c", now(), &result("other")));
+    h.flush();
+    let q = |before, after, max_bytes| PageQuery {
+        session: Some("s".into()),
+        limit: 100,
+        max_bytes,
+        before,
+        after,
+    };
+    let first = h.page(&q(None, None, 2500)).unwrap();
+    let ids: Vec<i64> = first.rows.iter().map(|r| r.id).collect();
+    assert_eq!(ids, [4, 5], "newest rows, oldest first");
+    assert_eq!(first.next_before, Some(4));
+    let rest = h.page(&q(Some(4), None, 1 << 20)).unwrap();
+    assert_eq!(
+        rest.rows.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+    assert_eq!(rest.next_before, None);
+    // One row larger than the bound still comes, alone.
+    let one = h.page(&q(None, None, 10)).unwrap();
+    assert_eq!((one.rows.len(), one.next_before), (1, Some(5)));
+    let new = h.page(&q(None, Some(3), 1 << 20)).unwrap();
+    assert_eq!(new.rows.iter().map(|r| r.id).collect::<Vec<_>>(), [4, 5]);
+    assert_eq!(h.health(), HistoryHealth::default());
+}
+
+#[test]
+fn long_code_is_stored_as_head_tail_and_hash() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = HistoryConfig {
+        max_field_bytes: 2048,
+        ..HistoryConfig::default()
+    };
+    let h = History::open(&dir.path().join("h.sqlite"), &config, []).unwrap();
+    let code = format!("first = 1\n{}\nlast = 2", "#".repeat(50_000));
+    h.record(HistoryEntry::of("s", None, &code, now(), &result("x")));
+    h.flush();
+    let row = &h.session("s", 10).unwrap()[0];
+    assert!(row.code.len() <= 2048, "{}", row.code.len());
+    assert!(row.code.starts_with("first = 1") && row.code.ends_with("last = 2"));
+    assert!(row.code.contains(&sha256_hex(code.as_bytes())));
+}
