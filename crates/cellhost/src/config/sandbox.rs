@@ -40,6 +40,10 @@ pub struct SandboxConfig {
     /// strict, host running as root: the uid/gid kernels run as.
     pub uid: u32,
     pub gid: u32,
+    /// strict, host running as root, daemon: one uid per session from this
+    /// inclusive range, `[lo, hi]` (default `[200000, 265535]`); `[]`:
+    /// every kernel runs as `uid`/`gid`.
+    pub uid_range: Vec<u32>,
     /// strict: extra host paths mounted read-only at the same path.
     pub ro_binds: Vec<PathBuf>,
 }
@@ -52,6 +56,10 @@ impl Default for SandboxConfig {
             network: strict.network,
             uid: strict.uid,
             gid: strict.gid,
+            uid_range: strict
+                .uid_range
+                .map(|(lo, hi)| vec![lo, hi])
+                .unwrap_or_default(),
             ro_binds: Vec::new(),
         }
     }
@@ -67,6 +75,10 @@ impl SandboxConfig {
                 workspace: None,
                 uid: self.uid,
                 gid: self.gid,
+                uid_range: match self.uid_range[..] {
+                    [lo, hi] => Some((lo, hi)),
+                    _ => None,
+                },
                 ro_binds: self.ro_binds.clone(),
             }),
         }
@@ -78,6 +90,16 @@ impl SandboxConfig {
                 "[sandbox] uid and gid must not be 0: kernels never run as root (the default is 65534, nobody)"
                     .into(),
             );
+        }
+        match self.uid_range[..] {
+            [] => {}
+            [lo, hi] if lo > 0 && lo <= hi => {}
+            _ => {
+                return Err(format!(
+                    "[sandbox] uid_range = {:?} is not a range: use two uids [lo, hi] with 0 < lo <= hi (default [200000, 265535]), or [] for one uid for every kernel",
+                    self.uid_range
+                ))
+            }
         }
         if let Some(p) = self.ro_binds.iter().find(|p| !p.is_absolute()) {
             return Err(format!(

@@ -22,6 +22,7 @@ mod pool;
 mod recovery;
 mod remote;
 mod slot;
+mod uids;
 mod workspace;
 
 use std::collections::HashMap;
@@ -368,7 +369,8 @@ impl KernelManager {
                 }
             }
         }
-        let mut kernel = opts.kernel_with_workspace(|| workspace::of_owner(&root, &key.owner));
+        let mut kernel =
+            opts.kernel_with_workspace(|| workspace::of_owner(&root, &key.owner), &key.owner)?;
         if let Some(p) = &key.spec.python {
             kernel.python = Some(p.clone());
         }
