@@ -30,7 +30,7 @@ use seccompiler::{
 };
 
 /// Denied outright with `EPERM` (name for the docs and tests, number).
-pub(crate) const DENIED: &[(&str, libc::c_long)] = &[
+pub(crate) const DENIED: &[(&str, i64)] = &[
     ("mount", libc::SYS_mount),
     ("umount2", libc::SYS_umount2),
     ("pivot_root", libc::SYS_pivot_root),
@@ -71,7 +71,7 @@ pub(crate) const DENIED: &[(&str, libc::c_long)] = &[
 /// Denied too when no cgroup bounds the kernel's memory: `RLIMIT_AS`
 /// counts mapped pages only, and these hold memory no mapping shows
 /// (an unmapped memfd, a detached System V segment).
-pub(crate) const DENIED_RLIMIT_MEMORY: &[(&str, libc::c_long)] = &[
+pub(crate) const DENIED_RLIMIT_MEMORY: &[(&str, i64)] = &[
     ("memfd_create", libc::SYS_memfd_create),
     ("memfd_secret", libc::SYS_memfd_secret),
     ("shmget", libc::SYS_shmget),
@@ -130,7 +130,7 @@ fn build(rlimit_memory: bool) -> Result<Programs, Unavailable> {
         &[]
     });
     for (_, nr) in denied {
-        rules.insert(i64::from(*nr), Vec::new());
+        rules.insert(*nr, Vec::new());
     }
     for nr in [libc::SYS_clone, libc::SYS_unshare] {
         let flag_rules = NAMESPACE_FLAGS
@@ -141,7 +141,7 @@ fn build(rlimit_memory: bool) -> Result<Programs, Unavailable> {
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(fail)?;
-        rules.insert(i64::from(nr), flag_rules);
+        rules.insert(nr, flag_rules);
     }
     let not_a_persona = PERSONAS
         .iter()
@@ -149,7 +149,7 @@ fn build(rlimit_memory: bool) -> Result<Programs, Unavailable> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(fail)?;
     rules.insert(
-        i64::from(libc::SYS_personality),
+        libc::SYS_personality,
         vec![SeccompRule::new(not_a_persona).map_err(fail)?],
     );
     let eperm = SeccompFilter::new(
@@ -160,7 +160,7 @@ fn build(rlimit_memory: bool) -> Result<Programs, Unavailable> {
     )
     .map_err(fail)?;
     let enosys = SeccompFilter::new(
-        [(i64::from(libc::SYS_clone3), Vec::new())].into(),
+        [(libc::SYS_clone3, Vec::new())].into(),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,
