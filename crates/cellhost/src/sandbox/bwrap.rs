@@ -48,6 +48,8 @@ pub(crate) struct Plan<'a> {
     pub tmp_bytes: Option<u64>,
     /// Fds (in the child) of the seccomp programs, loaded in this order.
     pub seccomp_fds: &'a [i32],
+    /// The host dir mounted read-only at `/etc` (`etc.rs`).
+    pub etc: &'a Path,
 }
 
 /// The bwrap arguments (without the program name).
@@ -97,7 +99,7 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
             _ => {}
         }
     }
-    super::etc::args(&mut a, p.strict.network);
+    a.bind("--ro-bind", p.etc, Path::new("/etc"));
     a.flags(&["--dev", "/dev", "--proc", "/proc"]);
     for tmp in ["/tmp", "/dev/shm"] {
         if let Some(bytes) = p.tmp_bytes {
@@ -158,8 +160,8 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
 }
 
 #[derive(Default)]
-pub(super) struct Args {
-    pub(super) out: Vec<OsString>,
+struct Args {
+    out: Vec<OsString>,
     /// Paths that exist in the new root (mounted, or dirs we created).
     present: BTreeSet<PathBuf>,
     /// Bind-mount targets: their whole host subtree is visible. (A tmpfs
@@ -169,15 +171,15 @@ pub(super) struct Args {
 }
 
 impl Args {
-    pub(super) fn push(&mut self, s: impl Into<OsString>) {
+    fn push(&mut self, s: impl Into<OsString>) {
         self.out.push(s.into());
     }
 
-    pub(super) fn flags(&mut self, f: &[&str]) {
+    fn flags(&mut self, f: &[&str]) {
         self.out.extend(f.iter().map(OsString::from));
     }
 
-    pub(super) fn mark(&mut self, p: &Path) {
+    fn mark(&mut self, p: &Path) {
         self.present.insert(p.to_path_buf());
     }
 
@@ -203,7 +205,7 @@ impl Args {
     }
 
     /// A symlink at `dest` pointing at `target`, as on the host.
-    pub(super) fn symlink(&mut self, target: &Path, dest: &Path) {
+    fn symlink(&mut self, target: &Path, dest: &Path) {
         self.ancestors(dest);
         self.push("--symlink");
         self.push(target);
@@ -212,7 +214,7 @@ impl Args {
     }
 
     /// A bind mount, with its missing ancestors created first.
-    pub(super) fn bind(&mut self, how: &str, src: &Path, dest: &Path) {
+    fn bind(&mut self, how: &str, src: &Path, dest: &Path) {
         self.ancestors(dest);
         self.push(how);
         self.push(src);
@@ -259,6 +261,7 @@ mod tests {
             command: vec!["/usr/bin/python3".into(), "runner.py".into()],
             tmp_bytes: Some(1 << 30),
             seccomp_fds: &[7, 8],
+            etc: Path::new("/tmp/x/sandbox-etc-1"),
         };
         args(&plan)
             .into_iter()
@@ -344,7 +347,10 @@ mod tests {
     fn the_hosts_etc_is_never_bound_whole_and_seccomp_comes_before_the_command() {
         let a = plan_args(false, true);
         assert!(!has(&a, &["--ro-bind", "/etc", "/etc"]), "{a:?}");
-        assert!(has(&a, &["--perms", "0755", "--dir", "/etc"]), "{a:?}");
+        assert!(
+            has(&a, &["--ro-bind", "/tmp/x/sandbox-etc-1", "/etc"]),
+            "{a:?}"
+        );
         let sc = a.iter().position(|s| s == "--add-seccomp-fd").unwrap();
         let cmd = a.iter().position(|s| s == "--").unwrap();
         assert!(sc < cmd && has(&a, &["--add-seccomp-fd", "7", "--add-seccomp-fd", "8"]));

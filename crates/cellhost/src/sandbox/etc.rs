@@ -1,22 +1,31 @@
 //! The strict sandbox's `/etc`: built for the kernel, never the host's.
 //!
 //! The host's `/etc` holds its accounts, its services' configs and, often,
-//! cellhost's own config with the daemon token. The sandbox gets an empty
-//! `/etc` with, from the host, read-only and only when present, what
-//! Python, libc, OpenSSL and common wheels read ([`FROM_HOST`]: the loader
-//! cache, CA certificates, the time zone, `mime.types`, fontconfig, ...),
-//! `resolv.conf` only with the network on, and, generated per kernel in its
-//! staging dir ([`generated`]) and linked from `/etc`: `passwd`/`group`
-//! naming only root, nobody and the kernel's uid, `hosts`, `hostname` and
-//! `nsswitch.conf`. No mount of a generated file shows a host path.
+//! cellhost's own config with the daemon token. The sandbox's `/etc` is a
+//! template dir built once per host process and runtime dir
+//! (`<runtime>/sandbox-etc-<pid>-<start>`, 0755, root-owned) and bound
+//! read-only as one mount: copies of what Python, libc, OpenSSL and common
+//! wheels read from the host's `/etc` ([`FROM_HOST`]: the loader cache, CA
+//! certificates, the time zone, `mime.types`, fontconfig, ...), and links
+//! into the kernel's staging dir for the files generated per kernel
+//! ([`generated`]): `passwd`/`group` naming only root, nobody and the
+//! kernel's uid, `hosts`, `hostname`, `nsswitch.conf`, and `resolv.conf`
+//! (a copy of the host's, only with the network on; else the link dangles).
 //!
-//! A host entry that is a symlink into `/usr` (`localtime`, `os-release`)
-//! is recreated as the same link (tools read the zone name from it); any
-//! other is bound at its resolved target.
+//! One bind mount rather than one per entry: bwrap scans the mount table
+//! for every bind it makes read-only, which costs ~1 ms per mount on a host
+//! with many mounts. The copy is taken when the host process first starts
+//! a strict kernel; a host `/etc` change (new CA certificates) shows after
+//! a restart. A host entry that is a symlink into `/usr` (`localtime`,
+//! `os-release`) stays the same link (tools read the zone name from it);
+//! any other is copied from its target.
 
+use std::collections::HashMap;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-use super::bwrap::Args;
 use super::STAGING_IN_SANDBOX;
 
 /// Host entries under `/etc` the sandbox gets when they exist.
@@ -46,58 +55,140 @@ pub(crate) const FROM_HOST: &[&str] = &[
     "host.conf",
 ];
 
-/// Generated files, linked as `/etc/<name>`.
-pub(crate) const GENERATED: &[&str] = &["passwd", "group", "hosts", "hostname", "nsswitch.conf"];
+/// Generated per kernel, linked as `/etc/<name>`.
+pub(crate) const GENERATED: &[&str] = &[
+    "passwd",
+    "group",
+    "hosts",
+    "hostname",
+    "nsswitch.conf",
+    "resolv.conf",
+];
 
 /// Where the generated files are put in the staging dir.
 pub(crate) const STAGING_SUBDIR: &str = "etc";
 
-/// The bwrap arguments that build `/etc`.
-pub(super) fn args(a: &mut Args, network: bool) {
+/// Largest host file copied (a bigger one is left out).
+const MAX_COPY: u64 = 16 << 20;
+
+/// The template dir for kernels whose staging dirs are under
+/// `staging_root`, built on first use.
+pub(crate) fn template(staging_root: &Path) -> io::Result<PathBuf> {
+    static BUILT: Mutex<Option<HashMap<PathBuf, PathBuf>>> = Mutex::new(None);
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let built = built.get_or_insert_with(HashMap::new);
+    if let Some(dir) = built.get(staging_root) {
+        if dir.is_dir() {
+            return Ok(dir.clone());
+        }
+    }
+    let runtime = staging_root.parent().unwrap_or(staging_root);
+    sweep(runtime);
+    let pid = std::process::id();
+    let start = crate::kernel::process_start_time(pid).unwrap_or(0);
+    let dir = runtime.join(format!(
+        "{PREFIX}{pid}-{start}-{}",
+        crate::kernel::random_hex(4)
+    ));
+    build(&dir)?;
+    built.insert(staging_root.to_path_buf(), dir.clone());
+    Ok(dir)
+}
+
+const PREFIX: &str = "sandbox-etc-";
+
+/// Remove templates that hosts no longer running left in `runtime`.
+fn sweep(runtime: &Path) {
+    let Ok(rd) = std::fs::read_dir(runtime) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(rest) = name.strip_prefix(PREFIX) else {
+            continue;
+        };
+        let mut parts = rest.split('-');
+        let (Some(Ok(pid)), Some(Ok(start_time))) = (
+            parts.next().map(str::parse::<u32>),
+            parts.next().map(str::parse::<u64>),
+        ) else {
+            continue;
+        };
+        let alive = crate::kernel::record::ProcessId { pid, start_time }.is_same_live_process();
+        if !alive && e.file_type().is_ok_and(|t| t.is_dir()) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
+}
+
+fn build(dir: &Path) -> io::Result<()> {
     let etc = Path::new("/etc");
-    a.flags(&["--perms", "0755", "--dir", "/etc"]);
-    a.mark(etc);
-    let mut entries: Vec<PathBuf> = FROM_HOST.iter().map(|e| etc.join(e)).collect();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    let mut entries: Vec<PathBuf> = FROM_HOST.iter().map(PathBuf::from).collect();
     // Debian's `sitecustomize.py` in /usr/lib/python3.X is a link into
     // /etc/python3.X; a dangling one breaks interpreter start-up.
-    if let Ok(dir) = std::fs::read_dir(etc) {
-        let mut python: Vec<PathBuf> = dir
+    if let Ok(rd) = std::fs::read_dir(etc) {
+        let mut python: Vec<PathBuf> = rd
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
-            .map(|e| e.path())
+            .map(|e| PathBuf::from(e.file_name()))
             .collect();
         python.sort();
         entries.extend(python);
     }
-    if network {
-        entries.push(etc.join("resolv.conf"));
+    for rel in entries {
+        let (src, dst) = (etc.join(&rel), dir.join(&rel));
+        if std::fs::symlink_metadata(&src).is_err() {
+            continue;
+        }
+        if let Some(parent) = dst.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o755)
+                .create(parent)?;
+        }
+        match (std::fs::read_link(&src), src.canonicalize()) {
+            (Ok(target), Ok(resolved)) if resolved.starts_with("/usr") => {
+                std::os::unix::fs::symlink(target, &dst)?
+            }
+            (Ok(_), Ok(resolved)) => copy(&resolved, &dst)?,
+            (Ok(_), Err(_)) => {} // dangling
+            (Err(_), _) => copy(&src, &dst)?,
+        }
     }
-    for path in entries {
-        from_host(a, &path);
-    }
-    a.symlink(Path::new("/proc/self/mounts"), &etc.join("mtab"));
+    std::os::unix::fs::symlink("/proc/self/mounts", dir.join("mtab"))?;
     let staged = Path::new(STAGING_IN_SANDBOX).join(STAGING_SUBDIR);
     for name in GENERATED {
-        a.symlink(&staged.join(name), &etc.join(name));
+        std::os::unix::fs::symlink(staged.join(name), dir.join(name))?;
     }
+    Ok(())
 }
 
-fn from_host(a: &mut Args, path: &Path) {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return;
-    };
+/// Copy a file or a tree (links inside kept as links), world-readable.
+/// Unreadable entries (`ssl/private`-like) are left out.
+fn copy(src: &Path, dst: &Path) -> io::Result<()> {
+    let meta = std::fs::symlink_metadata(src)?;
     if meta.file_type().is_symlink() {
-        let (Ok(target), Ok(resolved)) = (std::fs::read_link(path), path.canonicalize()) else {
-            return; // dangling
-        };
-        if resolved.starts_with("/usr") {
-            a.symlink(&target, path);
-        } else {
-            a.bind("--ro-bind", &resolved, path);
-        }
-    } else if meta.is_file() || meta.is_dir() {
-        a.bind("--ro-bind", path, path);
+        return std::os::unix::fs::symlink(std::fs::read_link(src)?, dst);
     }
+    if meta.is_file() {
+        if meta.len() <= MAX_COPY && meta.permissions().mode() & 0o004 != 0 {
+            std::fs::copy(src, dst)?;
+            std::fs::set_permissions(dst, std::fs::Permissions::from_mode(0o644))?;
+        }
+        return Ok(());
+    }
+    if meta.is_dir() && meta.permissions().mode() & 0o005 == 0o005 {
+        std::fs::DirBuilder::new().mode(0o755).create(dst)?;
+        for e in std::fs::read_dir(src)?.flatten() {
+            copy(&e.path(), &dst.join(e.file_name()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The generated files' contents for a kernel running as `uid`/`gid`.
@@ -126,12 +217,18 @@ pub(crate) fn generated(uid: u32, gid: u32) -> Vec<(&'static str, String)> {
 
 /// Write the generated files into `<staging>/etc` (0755 dir, 0644 files:
 /// the staging dir is mounted read-only, so the kernel cannot change them).
-pub(crate) fn write(staging: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+pub(crate) fn write(staging: &Path, uid: u32, gid: u32, network: bool) -> std::io::Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = staging.join(STAGING_SUBDIR);
     std::fs::DirBuilder::new().mode(0o755).create(&dir)?;
-    for (name, content) in generated(uid, gid) {
+    let mut files = generated(uid, gid);
+    if network {
+        if let Ok(host) = std::fs::read_to_string("/etc/resolv.conf") {
+            files.push(("resolv.conf", host));
+        }
+    }
+    for (name, content) in files {
         let mut f = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -154,27 +251,26 @@ mod tests {
         let files = generated(65534, 65534);
         let passwd = &files.iter().find(|(n, _)| *n == "passwd").unwrap().1;
         assert_eq!(passwd.matches(":65534:").count(), 1, "{passwd}");
-        assert!(GENERATED.iter().all(|g| files.iter().any(|(n, _)| n == g)));
     }
 
     #[test]
-    fn every_generated_file_is_linked_and_resolv_conf_only_with_network() {
-        let render = |network| {
-            let mut a = Args::default();
-            args(&mut a, network);
-            a.out
-                .iter()
-                .map(|s| s.to_string_lossy().into_owned())
-                .collect::<Vec<_>>()
-        };
-        let off = render(false);
+    fn the_template_links_every_generated_file_and_copies_no_host_secret() {
+        let runtime = tempfile::tempdir().unwrap();
+        let staging_root = runtime.path().join("kernels");
+        let dir = template(&staging_root).unwrap();
+        assert_eq!(template(&staging_root).unwrap(), dir, "built once");
         for name in GENERATED {
-            let dest = format!("/etc/{name}");
-            assert!(off.contains(&dest), "{off:?}");
+            let link = std::fs::read_link(dir.join(name)).unwrap();
+            assert!(link.starts_with(STAGING_IN_SANDBOX), "{link:?}");
         }
-        assert!(!off.iter().any(|s| s == "/etc/resolv.conf"));
-        if Path::new("/etc/resolv.conf").exists() {
-            assert!(render(true).iter().any(|s| s == "/etc/resolv.conf"));
+        for secret in ["shadow", "pip.conf", "gitconfig", "ssl/private", "cellhost"] {
+            assert!(
+                std::fs::symlink_metadata(dir.join(secret)).is_err(),
+                "{secret}"
+            );
+        }
+        if Path::new("/etc/ld.so.cache").exists() {
+            assert!(dir.join("ld.so.cache").is_file());
         }
     }
 }

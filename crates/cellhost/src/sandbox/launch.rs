@@ -207,10 +207,12 @@ fn strict_command(
             nix::unistd::getegid().as_raw(),
         )
     };
-    etc::write(s.staging, uid, gid).map_err(|err| SandboxError::Io {
-        about: "write the sandbox's /etc files",
+    let etc_io = |err| SandboxError::Io {
+        about: "build the sandbox's /etc",
         err,
-    })?;
+    };
+    etc::write(s.staging, uid, gid, strict.network).map_err(etc_io)?;
+    let etc_dir = etc::template(s.staging.parent().unwrap_or(s.staging)).map_err(etc_io)?;
     let setpriv = if root {
         if strict.uid == 0 || strict.gid == 0 {
             return Err(SandboxError::RootKernel {
@@ -267,6 +269,7 @@ fn strict_command(
         command,
         tmp_bytes: s.limits.memory_bytes,
         seccomp_fds: &seccomp_fds,
+        etc: &etc_dir,
     };
     let mut cmd = tokio::process::Command::new(&bwrap);
     cmd.args(bwrap::args(&plan))
