@@ -1,7 +1,7 @@
 //! The bubblewrap command line of the strict profile.
 //!
 //! The new root is an empty tmpfs. Into it go, read-only: `/usr`, the
-//! merged-usr links (`/bin`, `/lib`, ...), a minimal `/etc` (see `etc.rs`),
+//! merged-usr links (`/bin`, `/lib`, ...), a minimal `/etc` (a template dir, `etc.rs`),
 //! the interpreter's prefixes (a venv and its base; a pyenv prefix under
 //! the host's home, never the home itself) and the caller's extra paths;
 //! the kernel's staging dir at `STAGING_IN_SANDBOX`; read-write: the
