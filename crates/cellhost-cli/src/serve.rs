@@ -15,6 +15,9 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if let Some(warning) = setup::secret_warning(&args.host, &config) {
+        eprintln!("{warning}");
+    }
     let listen = args
         .listen
         .clone()

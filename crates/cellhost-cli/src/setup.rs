@@ -52,6 +52,35 @@ pub(crate) fn load_config(args: &HostArgs) -> Result<Config, u8> {
     }
 }
 
+/// The start-up warning for a config file that holds a secret (the
+/// daemon token, a `[[tools]]` header, an `[[mcp_servers]]` env value) and
+/// that users other than its owner may read, if it is one.
+pub(crate) fn secret_warning(args: &HostArgs, config: &Config) -> Option<String> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = args.config.as_ref()?;
+    let mut holds = Vec::new();
+    if config.server.token.is_some() {
+        holds.push("[server] token".to_owned());
+    }
+    for t in config.tools.iter().filter(|t| !t.headers.is_empty()) {
+        holds.push(format!("the headers of tool `{}`", t.name));
+    }
+    for m in config.mcp_servers.iter().filter(|m| !m.env.is_empty()) {
+        holds.push(format!("the env of MCP server `{}`", m.name));
+    }
+    let mode = std::fs::metadata(path).ok()?.permissions().mode();
+    if holds.is_empty() || mode & 0o044 == 0 {
+        return None;
+    }
+    Some(format!(
+        "cellhost: warning: {} holds {} and is readable by other users (mode {:04o}); run `chmod 600 {}`",
+        path.display(),
+        holds.join(", "),
+        mode & 0o7777,
+        path.display()
+    ))
+}
+
 /// Check the interpreter and sandbox, make the data dir, start the
 /// downstream servers and the kernel manager.
 pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
@@ -195,4 +224,36 @@ fn on_path(name: &str) -> bool {
                 .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         })
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_readable_config_with_a_token_is_warned_about_and_a_private_one_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cellhost.toml");
+        std::fs::write(&path, "[server]\ntoken = \"t0ken\"\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let args = HostArgs {
+            config: Some(path.clone()),
+            data_dir: None,
+            python: None,
+            sandbox: None,
+        };
+        let config = Config::load(&path).unwrap();
+        let warning = secret_warning(&args, &config).expect("a warning");
+        assert!(
+            warning.contains("[server] token") && warning.contains("chmod 600"),
+            "{warning}"
+        );
+        assert!(!warning.contains("t0ken"), "never the secret itself");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(secret_warning(&args, &config), None);
+        let none = Config::parse("[limits]\nmemory_mib = 512\n", &path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(secret_warning(&args, &none), None, "no secret, no warning");
+    }
 }

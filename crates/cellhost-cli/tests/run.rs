@@ -406,7 +406,13 @@ fn the_config_file_sets_the_sandbox_and_limits() {
         p.to_str().unwrap(),
     ]);
     let v: serde_json::Value = serde_json::from_str(text(&o).0.trim()).unwrap();
-    assert_eq!(v["stdout"], "65534 /workspace\n", "{v}");
+    // Its own uid from [sandbox] uid_range (the host is root here).
+    let out = v["stdout"].as_str().unwrap_or_default();
+    let uid: u32 = out.split(' ').next().unwrap().parse().unwrap();
+    assert!(
+        out.ends_with(" /workspace\n") && (200_000..=265_535).contains(&uid),
+        "{v}"
+    );
     assert!(
         v["error"]
             .as_str()

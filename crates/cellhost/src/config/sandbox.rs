@@ -88,6 +88,10 @@ pub struct SandboxConfig {
     /// strict, host running as root: the uid/gid kernels run as.
     pub uid: u32,
     pub gid: u32,
+    /// strict, host running as root, daemon: one uid per session from this
+    /// inclusive range, `[lo, hi]` (default `[200000, 265535]`); `[]`:
+    /// every kernel runs as `uid`/`gid`.
+    pub uid_range: Vec<u32>,
     /// strict: extra host paths mounted read-only at the same path.
     pub ro_binds: Vec<PathBuf>,
 }
@@ -102,6 +106,10 @@ impl Default for SandboxConfig {
             allow_private_cidrs: Vec::new(),
             uid: strict.uid,
             gid: strict.gid,
+            uid_range: strict
+                .uid_range
+                .map(|(lo, hi)| vec![lo, hi])
+                .unwrap_or_default(),
             ro_binds: Vec::new(),
         }
     }
@@ -117,6 +125,10 @@ impl SandboxConfig {
                 workspace: None,
                 uid: self.uid,
                 gid: self.gid,
+                uid_range: match self.uid_range[..] {
+                    [lo, hi] => Some((lo, hi)),
+                    _ => None,
+                },
                 ro_binds: self.ro_binds.clone(),
                 egress: (self.network == Network::Allowlist).then(|| {
                     std::sync::Arc::new(crate::egress::EgressPolicy {
@@ -152,6 +164,16 @@ impl SandboxConfig {
             return Err(format!(
                 "[sandbox] allow_hosts entries are host names like \"pypi.org\" or \"*.example.com\", not {h:?}"
             ));
+        }
+        match self.uid_range[..] {
+            [] => {}
+            [lo, hi] if lo > 0 && lo <= hi => {}
+            _ => {
+                return Err(format!(
+                    "[sandbox] uid_range = {:?} is not a range: use two uids [lo, hi] with 0 < lo <= hi (default [200000, 265535]), or [] for one uid for every kernel",
+                    self.uid_range
+                ))
+            }
         }
         if let Some(p) = self.ro_binds.iter().find(|p| !p.is_absolute()) {
             return Err(format!(

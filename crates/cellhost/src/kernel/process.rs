@@ -293,6 +293,7 @@ impl Process {
             limits,
             landlock,
             block,
+            seccomp,
         } = launch::prepare(&launch::Spec {
             id: &id,
             python,
@@ -327,6 +328,9 @@ impl Process {
         if let Some(r) = &block_r {
             placements.push((unix::raw(r), launch::BLOCK_FD));
         }
+        for (i, fd) in seccomp.iter().enumerate() {
+            placements.push((unix::raw(fd), launch::SECCOMP_FD + i as i32));
+        }
         // SAFETY: child_setup and setup.apply only call async-signal-safe
         // functions (everything they use was allocated before the fork).
         unsafe {
@@ -349,7 +353,7 @@ impl Process {
                 });
             }
         };
-        drop((req_r, rep_w, block_r));
+        drop((req_r, rep_w, block_r, seccomp));
         let leader = child.id().expect("a just-spawned child has a pid");
         let watcher = spawn_watcher(leader, death_r);
         // Into the cgroups while the runner starts; awaited before the

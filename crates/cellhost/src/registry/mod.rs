@@ -22,6 +22,7 @@ mod pool;
 mod recovery;
 mod remote;
 mod slot;
+mod uids;
 mod workspace;
 
 use std::collections::HashMap;
@@ -369,7 +370,8 @@ impl KernelManager {
                 }
             }
         }
-        let mut kernel = opts.kernel_with_workspace(|| workspace::of_owner(&root, &key.owner));
+        let mut kernel =
+            opts.kernel_with_workspace(|| workspace::of_owner(&root, &key.owner), &key.owner)?;
         if !kernel.sandbox.is_strict() && kernel.packages.dir.is_none() {
             // `none` kernels install into the same per-session dir.
             kernel.packages.dir = Some(workspace::packages_of_owner(&root, &key.owner));

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use crate::config::{BackendConfig, Config, LifecycleConfig};
 use crate::kernel::KernelOptions;
-use crate::sandbox::{Sandbox, StrictSandbox};
+use crate::sandbox::{Sandbox, SandboxError, StrictSandbox};
 use crate::tools::ToolSet;
 
 /// How the manager runs kernels. `ManagerOptions::new(data_dir)` gives the
@@ -152,16 +152,31 @@ impl ManagerOptions {
     }
 
     /// The template with its sandbox workspace set to `dir` (when the
-    /// manager assigns workspaces; otherwise the template as is).
-    pub(super) fn kernel_with_workspace(&self, dir: impl FnOnce() -> PathBuf) -> KernelOptions {
+    /// manager assigns workspaces; otherwise the template as is), and, on
+    /// a root host with a uid range, the workspace's own uid (allocated
+    /// and the dir created on first use; see `uids.rs`). `seed`: the owner.
+    pub(super) fn kernel_with_workspace(
+        &self,
+        dir: impl FnOnce() -> PathBuf,
+        seed: &str,
+    ) -> Result<KernelOptions, SandboxError> {
         let mut opts = self.kernel.clone();
         if opts.packages.cache_dir.is_none() {
             opts.packages.cache_dir = Some(self.data_dir.join("pip-cache"));
         }
         if let Some(strict) = self.managed_strict() {
-            opts.sandbox = Sandbox::Strict(strict.clone().workspace(dir()));
+            let dir = dir();
+            let mut strict = strict.clone();
+            if let Some(range) = strict.uid_range {
+                if nix::unistd::geteuid().is_root() {
+                    let uid =
+                        super::uids::ensure(&self.workspace_root(), &dir, range, strict.uid, seed)?;
+                    strict = strict.user(uid, uid);
+                }
+            }
+            opts.sandbox = Sandbox::Strict(strict.workspace(dir));
         }
-        opts
+        Ok(opts)
     }
 }
 

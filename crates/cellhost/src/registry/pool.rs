@@ -107,11 +107,27 @@ pub(super) fn refill(shared: &Arc<Shared>) {
         let weak = Arc::downgrade(shared);
         let root = shared.opts.workspace_root();
         let mut ws = None;
-        let mut opts = shared.opts.kernel_with_workspace(|| {
-            let dir = workspace::pool_dir(&root);
-            ws = Some(dir.clone());
-            dir
-        });
+        let made = shared.opts.kernel_with_workspace(
+            || {
+                let dir = workspace::pool_dir(&root);
+                ws = Some(dir.clone());
+                dir
+            },
+            &crate::kernel::random_hex(6),
+        );
+        let mut opts = match made {
+            Ok(opts) => opts,
+            Err(_) => {
+                // No uid or workspace for a pooled kernel: stop refilling
+                // (owners still get kernels spawned on demand, which say why).
+                if let Some(dir) = &ws {
+                    workspace::remove(&root, dir);
+                }
+                pool.ready().broken = true;
+                pool.filling.fetch_sub(1, Ordering::SeqCst);
+                return;
+            }
+        };
         opts.preload.clone_from(&shared.opts.preload);
         tokio::spawn(async move {
             let spawned = Kernel::spawn(opts).await;

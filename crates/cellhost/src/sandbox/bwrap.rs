@@ -1,11 +1,13 @@
 //! The bubblewrap command line of the strict profile.
 //!
-//! The new root is an empty tmpfs. Into it go, read-only: `/usr`, `/etc`,
-//! the merged-usr links (`/bin`, `/lib`, ...), the interpreter's prefixes
-//! (a venv and its base; a pyenv prefix under the host's home, never the
-//! home itself) and the caller's extra paths; the kernel's staging dir at
-//! `STAGING_IN_SANDBOX`; read-write: the workspace at `/workspace`; fresh:
-//! `/dev`, `/proc` (of the new pid namespace) and a private `/tmp`.
+//! The new root is an empty tmpfs. Into it go, read-only: `/usr`, the
+//! merged-usr links (`/bin`, `/lib`, ...), a minimal `/etc` (a template dir, `etc.rs`),
+//! the interpreter's prefixes (a venv and its base; a pyenv prefix under
+//! the host's home, never the home itself) and the caller's extra paths;
+//! the kernel's staging dir at `STAGING_IN_SANDBOX`; read-write: the
+//! workspace at `/workspace`; fresh: `/dev`, `/proc` (of the new pid
+//! namespace), and a private `/tmp` and `/dev/shm` (size-capped tmpfs).
+//! The seccomp programs (`seccomp.rs`) come as inherited fds.
 //!
 //! When the host is root, bwrap runs as root without a user namespace
 //! (so it can bind paths only root can traverse, like `/root/.pyenv/...`)
@@ -23,7 +25,7 @@ use super::{StrictSandbox, STAGING_IN_SANDBOX, WORKSPACE_IN_SANDBOX};
 
 /// System paths bound read-only when they exist (symlinks are recreated).
 const SYSTEM: &[&str] = &[
-    "/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32",
 ];
 
 /// Everything the argv needs.
@@ -41,12 +43,16 @@ pub(crate) struct Plan<'a> {
     pub block_fd: Option<i32>,
     /// The command run inside: interpreter, script, arguments.
     pub command: Vec<OsString>,
-    /// Size cap of the private /tmp (a tmpfs: its pages are memory that
-    /// RLIMIT_AS does not count): the kernel's memory limit.
+    /// Size cap of the private /tmp and /dev/shm (tmpfs: their pages are
+    /// memory that RLIMIT_AS does not count): the kernel's memory limit.
     pub tmp_bytes: Option<u64>,
     /// The session's package dir, bound read-only at
     /// [`crate::packages::PACKAGES_IN_SANDBOX`].
     pub packages: Option<&'a Path>,
+    /// Fds (in the child) of the seccomp programs, loaded in this order.
+    pub seccomp_fds: &'a [i32],
+    /// The host dir mounted read-only at `/etc` (`etc.rs`).
+    pub etc: &'a Path,
 }
 
 /// The bwrap arguments (without the program name).
@@ -96,15 +102,18 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
             _ => {}
         }
     }
+    a.bind("--ro-bind", p.etc, Path::new("/etc"));
     a.flags(&["--dev", "/dev", "--proc", "/proc"]);
-    if let Some(bytes) = p.tmp_bytes {
-        a.push("--size");
-        a.push(bytes.to_string());
+    for tmp in ["/tmp", "/dev/shm"] {
+        if let Some(bytes) = p.tmp_bytes {
+            a.push("--size");
+            a.push(bytes.to_string());
+        }
+        a.flags(&["--perms", "1777", "--tmpfs", tmp]);
+        a.mark(Path::new(tmp));
     }
-    a.flags(&["--perms", "1777", "--tmpfs", "/tmp"]);
     a.mark(Path::new("/dev"));
     a.mark(Path::new("/proc"));
-    a.mark(Path::new("/tmp"));
     for dir in p.prefixes.iter().chain(&p.strict.ro_binds) {
         if !a.covered(dir) && dir.exists() {
             a.bind("--ro-bind", dir, dir);
@@ -134,6 +143,10 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
     // bwrap changes dir after dropping its capabilities, when it may not
     // enter the kernel uid's 0700 workspace: the runner does it instead.
     a.flags(&["--chdir", "/"]);
+    for fd in p.seccomp_fds {
+        a.push("--add-seccomp-fd");
+        a.push(fd.to_string());
+    }
     if let Some(setpriv) = p.setpriv {
         a.push("--");
         a.push(setpriv);
@@ -258,6 +271,8 @@ mod tests {
             command: vec!["/usr/bin/python3".into(), "runner.py".into()],
             tmp_bytes: Some(1 << 30),
             packages: Some(Path::new("/tmp/x/pkgs")),
+            seccomp_fds: &[7, 8],
+            etc: Path::new("/tmp/x/sandbox-etc-1"),
         };
         args(&plan)
             .into_iter()
@@ -327,9 +342,30 @@ mod tests {
     }
 
     #[test]
-    fn the_private_tmp_is_capped_at_the_memory_limit() {
+    fn the_private_tmp_and_shm_are_capped_at_the_memory_limit() {
         let a = plan_args(false, true);
-        let at = a.windows(2).position(|w| w == ["--tmpfs", "/tmp"]).unwrap();
-        assert!(has(&a[..at], &["--size", "1073741824"]), "{a:?}");
+        for tmp in ["/tmp", "/dev/shm"] {
+            let at = a.windows(2).position(|w| w == ["--tmpfs", tmp]).unwrap();
+            assert_eq!(a[at - 4..at], ["--size", "1073741824", "--perms", "1777"]);
+        }
+        let dev = a.windows(2).position(|w| w == ["--dev", "/dev"]).unwrap();
+        let shm = a
+            .windows(2)
+            .position(|w| w == ["--tmpfs", "/dev/shm"])
+            .unwrap();
+        assert!(dev < shm, "{a:?}");
+    }
+
+    #[test]
+    fn the_hosts_etc_is_never_bound_whole_and_seccomp_comes_before_the_command() {
+        let a = plan_args(false, true);
+        assert!(!has(&a, &["--ro-bind", "/etc", "/etc"]), "{a:?}");
+        assert!(
+            has(&a, &["--ro-bind", "/tmp/x/sandbox-etc-1", "/etc"]),
+            "{a:?}"
+        );
+        let sc = a.iter().position(|s| s == "--add-seccomp-fd").unwrap();
+        let cmd = a.iter().position(|s| s == "--").unwrap();
+        assert!(sc < cmd && has(&a, &["--add-seccomp-fd", "7", "--add-seccomp-fd", "8"]));
     }
 }

@@ -14,8 +14,8 @@ use std::sync::{Mutex, OnceLock};
 pub(crate) use super::bwrap::find_program;
 use super::bwrap::{self, Plan};
 use super::cgroup::KernelCgroup;
-use super::landlock;
 use super::limits::{Limit, ResourceLimits, Rlimits};
+use super::{etc, landlock, seccomp};
 use super::{Sandbox, SandboxError, StrictSandbox, STAGING_IN_SANDBOX, WORKSPACE_IN_SANDBOX};
 use crate::env::ChildEnv;
 
@@ -39,10 +39,15 @@ pub(crate) struct Launch {
     /// (`--block-fd`, read end placed at [`BLOCK_FD`]) until it has been
     /// moved into the cgroups.
     pub block: Option<(OwnedFd, OwnedFd)>,
+    /// Under bwrap: the read ends of pipes holding the seccomp programs,
+    /// placed at [`SECCOMP_FD`], [`SECCOMP_FD`] + 1, ... in the child.
+    pub seccomp: Vec<OwnedFd>,
 }
 
 /// Where the `--block-fd` read end goes in the child.
 pub(crate) const BLOCK_FD: i32 = 6;
+/// Where the first seccomp program's fd goes in the child.
+pub(crate) const SECCOMP_FD: i32 = 7;
 
 /// The limits in force, as they will be named in errors.
 #[derive(Debug, Clone, Copy, Default)]
@@ -145,6 +150,7 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
         landlock_fd: None,
     };
     let mut block = None;
+    let mut seccomp = Vec::new();
     let (cmd, wrapped, prepared) =
         match s.sandbox {
             Sandbox::None => {
@@ -168,7 +174,10 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
                         },
                     )?);
                 }
-                let (cmd, prepared) = strict_command(s, strict, runner_args, block.is_some())?;
+                let rlimit_memory = l.memory_bytes.is_some() && !mem_cgroup;
+                seccomp = seccomp_pipes(rlimit_memory)?;
+                let (cmd, prepared) =
+                    strict_command(s, strict, runner_args, block.is_some(), seccomp.len())?;
                 setup.landlock_fd = prepared.as_ref().map(|p| p.raw_fd());
                 (cmd, true, prepared)
             }
@@ -181,7 +190,31 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
         limits,
         landlock: prepared,
         block,
+        seccomp,
     })
+}
+
+/// A pipe per seccomp program, filled and with its write end closed, so
+/// bwrap reads each to its end.
+fn seccomp_pipes(rlimit_memory: bool) -> Result<Vec<OwnedFd>, SandboxError> {
+    let programs =
+        seccomp::programs(rlimit_memory).map_err(|e| SandboxError::Seccomp { detail: e.0 })?;
+    let io = |err: nix::Error| SandboxError::Io {
+        about: "pass the seccomp filter to bwrap",
+        err: err.into(),
+    };
+    let mut out = Vec::new();
+    for program in &programs.programs {
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io)?;
+        // A pipe holds 64 KiB; a program is a few hundred bytes.
+        let mut file = std::fs::File::from(w);
+        std::io::Write::write_all(&mut file, program).map_err(|err| SandboxError::Io {
+            about: "pass the seccomp filter to bwrap",
+            err,
+        })?;
+        out.push(r);
+    }
+    Ok(out)
 }
 
 fn strict_command(
@@ -189,9 +222,26 @@ fn strict_command(
     strict: &StrictSandbox,
     runner_args: Vec<OsString>,
     blocked: bool,
+    seccomp_programs: usize,
 ) -> Result<(tokio::process::Command, Option<landlock::Prepared>), SandboxError> {
     let bwrap = bwrap::find_program("bwrap").ok_or(SandboxError::BwrapMissing)?;
     let root = nix::unistd::geteuid().is_root();
+    // The user the kernel runs as: the configured one when the host is
+    // root, else the host user (bwrap maps it to itself).
+    let (uid, gid) = if root {
+        (strict.uid, strict.gid)
+    } else {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    };
+    let etc_io = |err| SandboxError::Io {
+        about: "build the sandbox's /etc",
+        err,
+    };
+    etc::write(s.staging, uid, gid, strict.network).map_err(etc_io)?;
+    let etc_dir = etc::template(s.staging.parent().unwrap_or(s.staging)).map_err(etc_io)?;
     let setpriv = if root {
         if strict.uid == 0 || strict.gid == 0 {
             return Err(SandboxError::RootKernel {
@@ -234,6 +284,9 @@ fn strict_command(
         Path::new(STAGING_IN_SANDBOX).join("runner.py").into(),
     ];
     command.extend(runner_args);
+    let seccomp_fds: Vec<i32> = (0..seccomp_programs as i32)
+        .map(|i| SECCOMP_FD + i)
+        .collect();
     let plan = Plan {
         strict,
         staging: s.staging,
@@ -245,6 +298,8 @@ fn strict_command(
         command,
         tmp_bytes: s.limits.memory_bytes,
         packages: s.packages,
+        seccomp_fds: &seccomp_fds,
+        etc: &etc_dir,
     };
     let mut cmd = tokio::process::Command::new(&bwrap);
     cmd.args(bwrap::args(&plan))

@@ -7,7 +7,9 @@
 //! - [`Sandbox::Strict`]: the kernel runs under bubblewrap (`bwrap`, found
 //!   on PATH at run time) in new pid, ipc, uts, network and mount
 //!   namespaces (and a new user namespace when the host is not root), as
-//!   an unprivileged uid when the host is root, with system dirs read-only,
+//!   an unprivileged uid when the host is root (one per session's
+//!   workspace, from [`StrictSandbox::uid_range`]), under a seccomp
+//!   filter, with system dirs read-only, a minimal `/etc` built for it,
 //!   a private `/tmp`, a private writable workspace at `/workspace`, the
 //!   kernel's own staging dir read-only at [`STAGING_IN_SANDBOX`], and
 //!   nothing else of the host. Landlock adds a network and signal/abstract
@@ -18,15 +20,19 @@
 //! rlimits otherwise and for open files and file size, and a per-cell CPU
 //! limit set by the runner at the start of each cell.
 //!
-//! Layout: the bwrap argv in `bwrap.rs`, rlimits and the limit sentences
-//! in `limits.rs`, cgroups in `cgroup.rs`, Landlock in `landlock.rs`, and
+//! Layout: the bwrap argv in `bwrap.rs`, the sandbox's `/etc` in `etc.rs`,
+//! the seccomp filters in `seccomp.rs`, rlimits and the limit sentences in
+//! `limits.rs`, cgroups in `cgroup.rs`, Landlock in `landlock.rs`, and
 //! `launch.rs` puts them together into a command for `kernel/process.rs`.
+//! `docs/sandbox.md` describes the strict profile as a whole.
 
 mod bwrap;
 pub(crate) mod cgroup;
+mod etc;
 mod landlock;
 pub(crate) mod launch;
 mod limits;
+pub(crate) mod seccomp;
 
 use std::path::PathBuf;
 
@@ -83,6 +89,12 @@ pub struct StrictSandbox {
     /// kernel then runs as the host user inside a new user namespace.
     pub uid: u32,
     pub gid: u32,
+    /// Host root only, with a manager assigning workspaces: each workspace
+    /// gets its own uid (and gid) from this inclusive range, recorded as
+    /// the workspace dir's owner, so no per-uid quota (inotify, keyrings,
+    /// mqueues, signals, `RLIMIT_NPROC`) is shared between sessions.
+    /// Default 200000..=265535; `None`: every kernel runs as `uid`/`gid`.
+    pub uid_range: Option<(u32, u32)>,
     /// Extra host paths mounted read-only at the same path.
     pub ro_binds: Vec<PathBuf>,
     /// `network = "allowlist"`: no network of its own (`network` is
@@ -91,6 +103,9 @@ pub struct StrictSandbox {
     pub egress: Option<std::sync::Arc<crate::egress::EgressPolicy>>,
 }
 
+/// The default [`StrictSandbox::uid_range`].
+pub const DEFAULT_UID_RANGE: (u32, u32) = (200_000, 265_535);
+
 impl Default for StrictSandbox {
     fn default() -> Self {
         StrictSandbox {
@@ -98,6 +113,7 @@ impl Default for StrictSandbox {
             workspace: None,
             uid: 65534,
             gid: 65534,
+            uid_range: Some(DEFAULT_UID_RANGE),
             ro_binds: Vec::new(),
             egress: None,
         }
@@ -118,6 +134,12 @@ impl StrictSandbox {
     pub fn user(mut self, uid: u32, gid: u32) -> Self {
         self.uid = uid;
         self.gid = gid;
+        self
+    }
+
+    /// Per-workspace uids from `lo..=hi` (`None`: one uid for all).
+    pub fn uid_range(mut self, range: Option<(u32, u32)>) -> Self {
+        self.uid_range = range;
         self
     }
 
@@ -142,6 +164,10 @@ pub enum SandboxError {
         #[source]
         err: std::io::Error,
     },
+    #[error("the strict sandbox's seccomp filter could not be built ({detail}); use the `none` sandbox profile on this architecture")]
+    Seccomp { detail: String },
+    #[error("no free uid left in [sandbox] uid_range {lo}..={hi} (every one owns a workspace or a host account); widen the range or remove unused sessions")]
+    UidRangeFull { lo: u32, hi: u32 },
     #[error("failed to ask {} for its prefixes: {detail}", python.display())]
     Prefixes { python: PathBuf, detail: String },
     #[error("failed to {about}")]
