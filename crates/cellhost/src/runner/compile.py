@@ -90,15 +90,25 @@ def _has_escapes(code):
     """Whether a line may start with `!` or `%`, or have one right after an
     `=` (`files = !ls`): only then does the dialect's transform
     (dialect.py) look at the cell. Two `find`s for cells with neither
-    character; a short walk back per occurrence otherwise. False
-    positives (`"a=%d" % x`) only cost the transform's scan."""
+    character, a glance at the char before each occurrence otherwise.
+    False positives (`"a=%d" % x`) only cost the transform's scan."""
     for ch in "!%":
         i = code.find(ch)
         while i >= 0:
-            j = i
-            while j > 0 and code[j - 1] in " \t":
-                j -= 1
-            if j == 0 or code[j - 1] in "\n=":
+            nxt = code[i + 1 : i + 2]
+            # `x != y` and `a % b` at a glance: an escape's `!` is not
+            # followed by `=`, a magic's `%` by a space.
+            if (nxt == "=" if ch == "!" else nxt == " ") or i and code[i - 1] not in "\n= \t":
+                i = code.find(ch, i + 1)
+                continue
+            if i == 0:
                 return True
+            prev = code[i - 1]
+            if prev == "\n" or prev == "=":
+                return True
+            if prev == " " or prev == "\t":
+                head = code[code.rfind("\n", 0, i) + 1 : i].rstrip(" \t")
+                if not head or head[-1] == "=":
+                    return True
             i = code.find(ch, i + 1)
     return False
