@@ -6,9 +6,16 @@ mod common;
 use cellhost::Status;
 use common::*;
 
+/// Move the kernel into a fresh temp dir (cells here write files).
+async fn in_a_temp_dir(k: &TestKernel) {
+    let r = k.run("import os, tempfile\nos.chdir(tempfile.mkdtemp())").await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+}
+
 #[tokio::test]
 async fn a_bang_command_prints_into_the_cells_stdout() {
     let k = kernel().await;
+    in_a_temp_dir(&k).await;
     let r = k
         .run("import os\nos.makedirs('d', exist_ok=True)\nopen('d/f.txt', 'w').close()\n!ls d")
         .await;
@@ -89,6 +96,7 @@ async fn a_bash_cell_runs_its_body_through_the_shell() {
 #[tokio::test]
 async fn writefile_writes_the_cell_body() {
     let k = kernel().await;
+    in_a_temp_dir(&k).await;
     let r = k.run("%%writefile hello.py\nprint('hi from file')").await;
     assert_eq!(r.stdout, "Writing hello.py\n", "{r:?}");
     let r = k.run("exec(open('hello.py').read())").await;
