@@ -31,7 +31,10 @@ async fn the_environment_names_python_the_sandbox_and_the_dialect() {
     assert_eq!(v["sandbox"], "none");
     assert_eq!(v["network"], "host");
     let version = v["python_version"].as_str().expect("a version");
-    assert!(version.starts_with("3.") && version.split('.').count() == 3, "{v}");
+    assert!(
+        version.starts_with("3.") && version.split('.').count() == 3,
+        "{v}"
+    );
     let magics: Vec<&str> = v["magics"]
         .as_array()
         .unwrap()
@@ -85,7 +88,10 @@ async fn a_strict_daemon_says_network_off_workspace_and_its_packages() {
     let summary = v["summary"].as_str().unwrap();
     assert!(summary.contains("network off"), "{summary}");
     assert!(summary.contains("/workspace"), "{summary}");
-    assert!(summary.contains("Importable: numpy, pandas, matplotlib"), "{summary}");
+    assert!(
+        summary.contains("Importable: numpy, pandas, matplotlib"),
+        "{summary}"
+    );
     // Asked once: the second answer is the same, from the cache.
     let (_, again) = s.get("/v1/environment").await;
     assert_eq!(again, v);

@@ -215,7 +215,12 @@ async fn probe(python: &Path, env: &ChildEnv, strict: bool) -> Result<Probe, Str
         .kill_on_drop(true);
     let out = tokio::time::timeout(PROBE_TIMEOUT, cmd.output())
         .await
-        .map_err(|_| format!("{} did not answer within {PROBE_TIMEOUT:?}", python.display()))?
+        .map_err(|_| {
+            format!(
+                "{} did not answer within {PROBE_TIMEOUT:?}",
+                python.display()
+            )
+        })?
         .map_err(|e| format!("could not run {}: {e}", python.display()))?;
     if !out.status.success() {
         return Err(format!("{} exited with {}", python.display(), out.status));
@@ -234,10 +239,7 @@ async fn probe(python: &Path, env: &ChildEnv, strict: bool) -> Result<Probe, Str
         .map(|n| (*n).to_owned())
         .collect();
     let p = Probe { version, packages };
-    cache
-        .lock()
-        .expect("probe cache")
-        .insert(key, p.clone());
+    cache.lock().expect("probe cache").insert(key, p.clone());
     Ok(p)
 }
 

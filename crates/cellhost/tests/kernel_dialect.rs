@@ -8,7 +8,9 @@ use common::*;
 
 /// Move the kernel into a fresh temp dir (cells here write files).
 async fn in_a_temp_dir(k: &TestKernel) {
-    let r = k.run("import os, tempfile\nos.chdir(tempfile.mkdtemp())").await;
+    let r = k
+        .run("import os, tempfile\nos.chdir(tempfile.mkdtemp())")
+        .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
 }
 
@@ -54,7 +56,9 @@ async fn assigning_a_bang_command_captures_its_lines() {
 #[tokio::test]
 async fn a_failing_command_sets_exit_code_and_the_cell_goes_on() {
     let k = kernel().await;
-    let r = k.run("!false\na = _exit_code\n!exit 3\n(a, _exit_code)").await;
+    let r = k
+        .run("!false\na = _exit_code\n!exit 3\n(a, _exit_code)")
+        .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     assert_eq!(r.value.as_deref(), Some("(1, 3)"), "{r:?}");
 }
@@ -116,7 +120,10 @@ async fn cd_and_pwd_move_the_kernel_and_its_commands() {
         .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     assert_eq!(r.value.as_deref(), Some("(True, True, True)"), "{r:?}");
-    assert!(r.stdout.ends_with("\n") && r.stdout.lines().count() == 1, "{r:?}");
+    assert!(
+        r.stdout.ends_with("\n") && r.stdout.lines().count() == 1,
+        "{r:?}"
+    );
     // Still there in the next cell; `%cd -` goes back.
     let r = k.run("%cd -q -\nimport os\nos.getcwd() != d").await;
     assert_eq!(r.value.as_deref(), Some("True"), "{r:?}");
@@ -125,7 +132,9 @@ async fn cd_and_pwd_move_the_kernel_and_its_commands() {
 #[tokio::test]
 async fn time_runs_the_statement_once_and_says_how_long() {
     let k = kernel().await;
-    let r = k.run("calls = []\n%time calls.append(1) or sum(range(10))").await;
+    let r = k
+        .run("calls = []\n%time calls.append(1) or sum(range(10))")
+        .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     assert_eq!(r.value.as_deref(), Some("45"), "{r:?}");
     assert!(r.stdout.starts_with("CPU times: user "), "{r:?}");
@@ -154,7 +163,10 @@ async fn env_who_and_matplotlib_inline_work() {
         .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     assert_eq!(r.value.as_deref(), Some("'yes'"), "{r:?}");
-    assert_eq!(r.stdout, "env: CELLHOST_DIALECT_T=yes\nalpha\tbeta\tos\n", "{r:?}");
+    assert_eq!(
+        r.stdout, "env: CELLHOST_DIALECT_T=yes\nalpha\tbeta\tos\n",
+        "{r:?}"
+    );
 }
 
 #[tokio::test]
@@ -169,10 +181,16 @@ async fn a_traceback_after_a_transformed_line_names_the_right_line() {
     assert!(tb.contains("return 1 / 0"), "{tb}");
     assert!(tb.contains("line 8, in <module>"), "{tb}");
     // The runner's and the helpers' own frames are not shown.
-    assert!(!tb.contains("magics.py") && !tb.contains("runner.py"), "{tb}");
+    assert!(
+        !tb.contains("magics.py") && !tb.contains("runner.py"),
+        "{tb}"
+    );
     let r = k.run("\n%time 1 / 0").await;
     let tb = r.traceback.unwrap();
-    assert!(tb.contains("line 2, in <module>") && tb.contains("%time 1 / 0"), "{tb}");
+    assert!(
+        tb.contains("line 2, in <module>") && tb.contains("%time 1 / 0"),
+        "{tb}"
+    );
     assert!(!tb.contains("magics.py"), "{tb}");
 }
 
@@ -182,13 +200,25 @@ async fn an_unsupported_magic_is_an_error_naming_the_supported_ones() {
     let r = k.run("x = 1\n%load_ext autoreload\nx = 2").await;
     assert_eq!(r.status, Status::Error, "{r:?}");
     let e = r.error.unwrap();
-    assert!(e.starts_with("SyntaxError: unsupported magic %load_ext"), "{e}");
-    assert!(e.contains("%pip") && e.contains("%%bash") && e.contains("%cd"), "{e}");
+    assert!(
+        e.starts_with("SyntaxError: unsupported magic %load_ext"),
+        "{e}"
+    );
+    assert!(
+        e.contains("%pip") && e.contains("%%bash") && e.contains("%cd"),
+        "{e}"
+    );
     assert!(r.traceback.unwrap().contains("line 2"));
     let hint = r.hint.expect("a hint");
-    assert!(hint.contains("cellhost supports") && hint.contains("%timeit"), "{hint}");
+    assert!(
+        hint.contains("cellhost supports") && hint.contains("%timeit"),
+        "{hint}"
+    );
     // Nothing of the cell ran.
-    assert_eq!(k.run("x").await.error.as_deref(), Some("NameError: name 'x' is not defined"));
+    assert_eq!(
+        k.run("x").await.error.as_deref(),
+        Some("NameError: name 'x' is not defined")
+    );
 }
 
 #[tokio::test]
@@ -262,7 +292,10 @@ async fn a_missing_module_hints_how_to_install_it() {
         .run("import sys\nsys.modules.pop('yaml', None)\nsys.path[:] = [p for p in sys.path if 'site-packages' not in p]\nimport yaml")
         .await;
     assert!(
-        r.hint.as_deref().unwrap_or("").contains("%pip install pyyaml"),
+        r.hint
+            .as_deref()
+            .unwrap_or("")
+            .contains("%pip install pyyaml"),
         "{r:?}"
     );
     // A missing submodule of a package that is there: no install hint.
@@ -276,7 +309,9 @@ async fn a_missing_module_hints_how_to_install_it() {
 #[tokio::test]
 async fn a_strict_kernel_runs_bang_commands_and_says_it_has_no_network() {
     let k = strict_kernel().await;
-    let r = k.run("!echo inside; pwd\nx = !ls /\n'workspace' in x").await;
+    let r = k
+        .run("!echo inside; pwd\nx = !ls /\n'workspace' in x")
+        .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     assert_eq!(r.stdout, "inside\n/workspace\n", "{r:?}");
     assert_eq!(r.value.as_deref(), Some("True"), "{r:?}");
@@ -286,7 +321,9 @@ async fn a_strict_kernel_runs_bang_commands_and_says_it_has_no_network() {
     assert_eq!(r.status, Status::Error, "{r:?}");
     let hint = r.hint.expect("a network hint");
     assert!(
-        hint.contains("no network") && hint.contains("\"off\"") && hint.contains("[sandbox] network"),
+        hint.contains("no network")
+            && hint.contains("\"off\"")
+            && hint.contains("[sandbox] network"),
         "{hint}"
     );
     let r = k.run("import tabulate_not_here_x").await;

@@ -17,22 +17,26 @@ use cellhost::{Cell, Status};
 use common::*;
 
 fn script() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dialect_property.py"))
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/dialect_property.py"
+    ))
 }
 
 fn dialect_source() -> &'static Path {
-    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/src/runner/dialect.py"))
+    Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/src/runner/dialect.py"
+    ))
 }
 
 fn seed() -> u64 {
     match std::env::var("DIALECT_SEED") {
         Ok(s) => s.parse().expect("DIALECT_SEED is a number"),
-        Err(_) => {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos() as u64
-        }
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos() as u64,
     }
 }
 
@@ -69,7 +73,11 @@ async fn random_valid_python_leaves_the_same_namespace_in_a_kernel() {
         .args(["sample", "30", &seed.to_string()])
         .output()
         .expect("the test venv's python runs");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let samples: Vec<(String, String)> = serde_json::from_slice(&out.stdout).unwrap();
     let fingerprint = "print(repr(sorted((k, repr(v)) for k, v in dict(globals()).items() \
                        if not k.startswith('_') and k != 'display')))";

@@ -11,7 +11,10 @@ use common::remote::{remote_manager, ssh};
 async fn bang_commands_magics_and_hints_work_on_a_remote_kernel() {
     let m = remote_manager("box", ssh(), |o| o).await;
     let r = m
-        .run("s", "n = 2\n!echo remote {n + 1}\nlines = !printf 'a\\nb\\n'\nlines")
+        .run(
+            "s",
+            "n = 2\n!echo remote {n + 1}\nlines = !printf 'a\\nb\\n'\nlines",
+        )
         .await;
     assert_eq!(r.status, Status::Success, "{r:?}");
     assert_eq!(r.stdout, "remote 3\n", "{r:?}");
@@ -29,7 +32,10 @@ async fn bang_commands_magics_and_hints_work_on_a_remote_kernel() {
     );
     let r = m.run("s", "%bogus").await;
     assert!(
-        r.error.as_deref().unwrap_or("").contains("unsupported magic %bogus"),
+        r.error
+            .as_deref()
+            .unwrap_or("")
+            .contains("unsupported magic %bogus"),
         "{r:?}"
     );
     m.manager.shutdown().await;
