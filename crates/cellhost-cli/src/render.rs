@@ -48,6 +48,9 @@ pub(crate) fn cell_body(r: &CellResult, shown: &[Shown]) -> String {
         if let Some(e) = r.error_beyond_traceback() {
             out.push_str(&format!("{e}\n"));
         }
+        if let Some(h) = &r.hint {
+            out.push_str(&format!("hint: {h}\n"));
+        }
         out.push_str(&format!("[{}]\n", r.status.as_str()));
     }
     if let Some(p) = &r.truncated.spill_path {

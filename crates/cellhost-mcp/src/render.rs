@@ -49,6 +49,9 @@ pub fn render(r: &CellResult) -> String {
         if let Some(e) = r.error_beyond_traceback() {
             push_block(&mut out, e);
         }
+        if let Some(h) = &r.hint {
+            out.push_str(&format!("Hint: {h}\n"));
+        }
         out.push_str(&status_sentence(r));
         out.push('\n');
     }
@@ -153,6 +156,7 @@ mod tests {
             value: None,
             error: None,
             traceback: None,
+            hint: None,
             displays: vec![],
             truncated: Truncated::default(),
             tool_calls_made: 0,
@@ -190,6 +194,20 @@ mod tests {
         assert_eq!(text.matches("ZeroDivisionError").count(), 1, "{text}");
         assert!(
             text.ends_with("[error] The kernel's state is kept."),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_hint_follows_the_error() {
+        let mut r = result(Status::Error);
+        r.error = Some("ModuleNotFoundError: No module named 'sklearn'".into());
+        r.hint = Some("install it with `%pip install scikit-learn`".into());
+        let text = render(&r);
+        assert!(
+            text.contains(
+                "ModuleNotFoundError: No module named 'sklearn'\nHint: install it with `%pip install scikit-learn`\n[error]"
+            ),
             "{text}"
         );
     }

@@ -297,7 +297,13 @@ impl ServerHandler for McpServer {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+        // The model is told its environment (asked of the interpreter once,
+        // then cached).
+        let env = cellhost::environment::describe(self.runner.manager().options()).await;
+        Ok(ListToolsResult::with_all_items(tools::with_environment(
+            &self.tools,
+            &env.summary,
+        )))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

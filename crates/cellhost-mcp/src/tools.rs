@@ -155,6 +155,22 @@ pub(crate) fn definitions(functions: &[String]) -> Vec<Tool> {
     ]
 }
 
+/// The tools with `execute_code`'s description followed by the kernels'
+/// environment (see [`cellhost::environment::summary`]).
+pub(crate) fn with_environment(tools: &[Tool], summary: &str) -> Vec<Tool> {
+    tools
+        .iter()
+        .map(|t| {
+            let mut t = t.clone();
+            if t.name == EXECUTE {
+                let d = t.description.as_deref().unwrap_or_default();
+                t.description = Some(format!("{d}\n\n{summary}").into());
+            }
+            t
+        })
+        .collect()
+}
+
 fn tool(name: &'static str, description: String, schema: Value, notes: ToolAnnotations) -> Tool {
     let schema: JsonObject = match schema {
         Value::Object(m) => m,
@@ -183,6 +199,21 @@ mod tests {
             .as_deref()
             .unwrap()
             .contains("tools module"));
+    }
+
+    #[test]
+    fn the_environment_follows_execute_codes_description_only() {
+        let defs = with_environment(&definitions(&[]), "Environment: Python 3.11.7.");
+        let d = defs[0].description.as_deref().unwrap();
+        assert!(
+            d.starts_with("Run Python code") && d.ends_with("\n\nEnvironment: Python 3.11.7."),
+            "{d}"
+        );
+        assert!(!defs[1]
+            .description
+            .as_deref()
+            .unwrap()
+            .contains("Environment"));
     }
 
     #[test]

@@ -174,6 +174,11 @@ pub struct CellResult {
     /// The traceback, user frames only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceback: Option<String>,
+    /// What to do about the error, when cellhost knows (a missing module:
+    /// how to install it; no network: the network mode; an unsupported
+    /// magic: the supported ones).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
     #[serde(default)]
     pub displays: Vec<DisplayItem>,
     #[serde(default)]
@@ -202,6 +207,36 @@ impl CellResult {
     }
 }
 
+/// What code in a new session's kernel runs in: `GET /v1/environment`,
+/// and the MCP `execute_code` description (its `summary`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Environment {
+    /// The backend new sessions' kernels run on: `"local"`, or the name
+    /// of a `[backends.NAME]` (remote: the fields below that only a local
+    /// interpreter can tell are absent).
+    pub backend: String,
+    /// e.g. `"3.11.7"`; absent when it could not be found out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python_version: Option<String>,
+    /// `"strict"` (bubblewrap) or `"none"`.
+    pub sandbox: String,
+    /// `"off"` (no network), `"allowlist"` (through cellhost's proxy) or
+    /// `"host"` (the host's network).
+    pub network: String,
+    /// The kernel's working directory, where relative paths go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// `!cmd`, `%pip` and the magics cells may use.
+    #[serde(default)]
+    pub magics: Vec<String>,
+    /// Notable importable packages (import names: `numpy`, `sklearn`...).
+    #[serde(default)]
+    pub packages: Vec<String>,
+    /// All of it as a paragraph for a model's prompt.
+    pub summary: String,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -214,6 +249,7 @@ mod tests {
             value: None,
             error: Some("ZeroDivisionError: division by zero".into()),
             traceback: Some("Traceback ...".into()),
+            hint: None,
             displays: vec![
                 DisplayItem {
                     mime: "image/png".into(),

@@ -330,6 +330,20 @@ pub(crate) async fn kernels(State(state): State<AppState>) -> Json<Vec<KernelSum
     Json(state.manager.list())
 }
 
+/// What code in a new session's kernel runs in: Python version, sandbox
+/// profile and network mode, working dir, the dialect (`!cmd`, `%pip`,
+/// magics), notable importable packages, and all of it as a paragraph for
+/// a model's prompt (`summary`). The interpreter is asked once and cached.
+#[utoipa::path(
+    get, path = "/v1/environment",
+    responses((status = 200, description = "The environment of new sessions' kernels", body = cellhost_protocol::Environment))
+)]
+pub(crate) async fn environment(
+    State(state): State<AppState>,
+) -> Json<cellhost::environment::Environment> {
+    Json(cellhost::environment::describe(state.manager.options()).await)
+}
+
 #[derive(Serialize, utoipa::ToSchema)]
 pub(crate) struct Health {
     /// `ok`, or `degraded` while something below is wrong (the daemon

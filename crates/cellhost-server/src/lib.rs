@@ -134,6 +134,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{session}/history", get(api::session_history))
         .route("/v1/history", get(api::recent_history))
         .route("/v1/kernels", get(api::kernels))
+        .route("/v1/environment", get(api::environment))
         .route("/healthz", get(api::healthz))
         .route("/metrics", get(metrics::render))
         .route("/openapi.json", get(openapi::document))

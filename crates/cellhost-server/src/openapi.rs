@@ -15,6 +15,7 @@ use utoipa::OpenApi;
         crate::api::session_history,
         crate::api::recent_history,
         crate::api::kernels,
+        crate::api::environment,
         crate::api::healthz,
     ),
     components(schemas(
@@ -23,6 +24,7 @@ use utoipa::OpenApi;
         crate::error::ErrorDetail,
         cellhost_protocol::CellResult,
         cellhost_protocol::KernelSummary,
+        cellhost_protocol::Environment,
     )),
     modifiers(&BearerAuth),
     security(("bearer" = []))

@@ -19,6 +19,7 @@
 pub mod config;
 pub mod egress;
 pub mod env;
+pub mod environment;
 pub mod history;
 pub mod interpreter;
 pub mod kernel;

@@ -34,6 +34,10 @@ async def check_basics(s):
     listed = await s.list_tools()
     names = sorted(t.name for t in listed.tools)
     assert names == ["execute_code", "interrupt", "list_kernels", "reset_session"], names
+    # The model is told its environment and dialect.
+    desc = next(t for t in listed.tools if t.name == "execute_code").description
+    assert re.search(r"Environment: Python 3\.\d+\.\d+", desc), desc
+    assert "%pip install NAME" in desc and "!cmd" in desc and "%%bash" in desc, desc
 
     r = await run(s, "x = 41")
     assert not r.is_error, text(r)
@@ -45,6 +49,14 @@ async def check_basics(s):
     r = await run(s, "1/0")
     assert r.is_error and "ZeroDivisionError" in text(r), text(r)
     assert "state is kept" in text(r), text(r)
+
+    # The dialect, and a hint in the text and the structured result.
+    r = await run(s, "out = !echo dialect-ok\nout")
+    assert "['dialect-ok']" in text(r), text(r)
+    r = await run(s, "import no_such_module_cellhost_x")
+    assert r.is_error, text(r)
+    assert "Hint: install it with `%pip install no_such_module_cellhost_x`" in text(r), text(r)
+    assert r.structured_content["hint"].startswith("install it with"), r.structured_content
 
     # An image display arrives as MCP image content.
     png = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")

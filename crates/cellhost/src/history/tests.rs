@@ -9,6 +9,7 @@ fn result(stdout: &str) -> CellResult {
         value: Some("2".into()),
         error: None,
         traceback: None,
+        hint: None,
         displays: vec![],
         truncated: Truncated::default(),
         tool_calls_made: 1,

@@ -492,10 +492,10 @@ impl Actor {
 
     /// Turn the captures and the report into the cleaned, bounded result.
     fn finish(&mut self, report: Report, info: KernelInfo, started: Instant) -> CellResult {
-        let [value, error, traceback] = finish::clean_fields(
+        let [value, error, traceback, hint] = finish::clean_fields(
             &self.opts.output,
             &self.cleaner,
-            [report.value, report.error, report.traceback],
+            [report.value, report.error, report.traceback, report.hint],
         );
         // Output that arrives from now on belongs to the next cell.
         let (out, err) = self.fresh_captures();
@@ -515,6 +515,7 @@ impl Actor {
             value,
             error,
             traceback,
+            hint,
             displays,
             truncated: Truncated {
                 stdout: out.truncated,

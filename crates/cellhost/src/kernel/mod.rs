@@ -40,7 +40,7 @@ pub(crate) use process::max_display_bytes;
 pub(crate) use display::Displays;
 pub use display::{CellEvent, DisplayLimits};
 pub use frame::FrameError;
-pub(crate) use process::{private_dir, random_hex, Exit, DISPLAY_SOURCE, RUNNER_SOURCE};
+pub(crate) use process::{private_dir, random_hex, Exit, RUNNER_FILES, RUNNER_SOURCE};
 pub(crate) use report::{report as describe_outcome, Report, Vacancy as LocalVacancy};
 pub use unix::{pid_alive, process_group, process_start_time, rss_bytes};
 pub(crate) use wait::{Outcome, Stop};

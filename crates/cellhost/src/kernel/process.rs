@@ -19,19 +19,27 @@ use crate::sandbox::cgroup::KernelCgroup;
 use crate::sandbox::launch::{self, EnforcedLimits};
 use crate::tools::{AuthoritySlot, ToolServer, TOKEN_ENV};
 
-/// The runner script: its parts joined (compile.py and limits.py define
-/// what runner.py calls), shipped as one file so a kernel reads and
-/// compiles one script.
+/// The runner script: its parts joined (compile.py, limits.py and
+/// helpers.py define what runner.py calls), shipped as one file so a
+/// kernel reads and compiles one script.
 pub(crate) const RUNNER_SOURCE: &str = concat!(
     include_str!("../runner/compile.py"),
     include_str!("../runner/limits.py"),
+    include_str!("../runner/helpers.py"),
     include_str!("../runner/runner.py")
 );
 /// Rich outputs; runner.py reads it from its own dir at start.
 pub(crate) const DISPLAY_SOURCE: &str = include_str!("../runner/display.py");
-/// `%pip` (the module `pipmagic`); runner.py reads it from its own dir at
-/// start and imports it on first use.
-pub(crate) const PIPMAGIC_SOURCE: &str = include_str!("../runner/pipmagic.py");
+/// The files written next to the runner script (local and remote alike):
+/// display.py and the agent's dialect (helpers.py reads them at start and
+/// compiles each on first use).
+pub(crate) const RUNNER_FILES: &[(&str, &str)] = &[
+    ("display.py", DISPLAY_SOURCE),
+    ("dialect.py", include_str!("../runner/dialect.py")),
+    ("magics.py", include_str!("../runner/magics.py")),
+    ("hints.py", include_str!("../runner/hints.py")),
+    ("pipmagic.py", include_str!("../runner/pipmagic.py")),
+];
 
 /// How a process ended, for notes and errors.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,11 +208,10 @@ impl Process {
             });
         }
         let script = staging.join("runner.py");
-        for (path, source) in [
-            (script.clone(), RUNNER_SOURCE),
-            (staging.join("display.py"), DISPLAY_SOURCE),
-            (staging.join("pipmagic.py"), PIPMAGIC_SOURCE),
-        ] {
+        let files = RUNNER_FILES
+            .iter()
+            .map(|(name, source)| (staging.join(name), *source));
+        for (path, source) in std::iter::once((script.clone(), RUNNER_SOURCE)).chain(files) {
             use std::io::Write;
             let mut f = std::fs::OpenOptions::new()
                 .write(true)
@@ -315,6 +322,7 @@ impl Process {
             caps.max_cell_bytes,
             caps.max_cell_displays
         ))
+        .arg(format!("--network={}", opts.sandbox.network_mode()))
         .stdin(Stdio::null())
         .stdout(Stdio::from(out_w))
         .stderr(Stdio::from(err_w))

@@ -68,6 +68,8 @@ pub(crate) struct Report {
     pub value: Option<String>,
     pub error: Option<String>,
     pub traceback: Option<String>,
+    /// What to do about the error (the runner's `hint`).
+    pub hint: Option<String>,
     /// The process is gone (or must go) after this cell, and why.
     pub vacancy: Option<Vacancy>,
 }
@@ -88,6 +90,7 @@ pub(crate) fn report(
         value: None,
         error: None,
         traceback: None,
+        hint: None,
         vacancy: None,
     };
     let stopped_status = match stop {
@@ -105,6 +108,7 @@ pub(crate) fn report(
             r.value = frame.text("value");
             r.error = frame.text("error");
             r.traceback = frame.text("traceback");
+            r.hint = frame.text("hint");
             match frame.text("status").as_deref() {
                 Some("ok") => {}
                 Some("error") => {

@@ -31,7 +31,7 @@ use crate::kernel::frame::Frame;
 use crate::kernel::Kernel;
 use crate::kernel::{
     describe_outcome, random_hex, Cell, Control, Displays, KernelError, KernelOptions,
-    LocalVacancy, Observed, Outcome, Report, Request, SpawnError, Stop, DISPLAY_SOURCE,
+    LocalVacancy, Observed, Outcome, Report, Request, SpawnError, Stop, RUNNER_FILES,
     RUNNER_SOURCE,
 };
 use crate::output::Cleaner;
@@ -199,19 +199,22 @@ impl Actor {
             MAX_STREAM.to_string(),
         ];
         args.extend(self.o.cwd.clone());
+        let mut files = serde_json::json!({
+            "runner.py": b64(RUNNER_SOURCE),
+            "remote.py": b64(REMOTE_SOURCE),
+            "env": b64(&format!(
+                "CELLHOST_RPC_TOKEN={token}\nCELLHOST_DISPLAY={},{},{}\n",
+                crate::kernel::max_display_bytes(&self.o.kernel),
+                self.o.kernel.display.max_cell_bytes,
+                self.o.kernel.display.max_cell_displays
+            )),
+        });
+        for (name, source) in RUNNER_FILES {
+            files[*name] = b64(source).into();
+        }
         let bundle = serde_json::json!({
             "tmp": self.o.common.tmpdir,
-            "files": {
-                "runner.py": b64(RUNNER_SOURCE),
-                "display.py": b64(DISPLAY_SOURCE),
-                "remote.py": b64(REMOTE_SOURCE),
-                "env": b64(&format!(
-                    "CELLHOST_RPC_TOKEN={token}\nCELLHOST_DISPLAY={},{},{}\n",
-                    crate::kernel::max_display_bytes(&self.o.kernel),
-                    self.o.kernel.display.max_cell_bytes,
-                    self.o.kernel.display.max_cell_displays
-                )),
-            },
+            "files": files,
             "args": args,
             "spawn_timeout": self.o.common.spawn_timeout().as_secs_f64(),
         });
@@ -555,6 +558,7 @@ impl Actor {
                 "TransportError: {detail}. The cell may or may not have run; it was not retried."
             )),
             traceback: None,
+            hint: None,
             vacancy: None,
         };
         let mut displays = Displays::new(self.o.kernel.display.clone(), self.cleaner.clone());

@@ -83,10 +83,10 @@ impl Finisher<'_> {
         displays: &mut Displays,
         seconds: f64,
     ) -> CellResult {
-        let [value, error, traceback] = finish::clean_fields(
+        let [value, error, traceback, hint] = finish::clean_fields(
             self.output,
             self.cleaner,
-            [report.value, report.error, report.traceback],
+            [report.value, report.error, report.traceback, report.hint],
         );
         // Raw spill files of cut streams go here.
         let _ = private_dir(self.spill_dir);
@@ -115,6 +115,7 @@ impl Finisher<'_> {
             value,
             error,
             traceback,
+            hint,
             displays: items,
             truncated: Truncated {
                 stdout: out.truncated,

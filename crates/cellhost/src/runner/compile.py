@@ -1,7 +1,8 @@
-# cellhost kernel runner, part 1 of 3: splitting a cell into its statements
-# and its last expression, and capping text. The host ships this file and
-# limits.py and runner.py joined into one script (this part first): see RUNNER_SOURCE in
-# kernel/process.rs. Stdlib only, Python >= 3.8; builtin imports only.
+# cellhost kernel runner, part 1 of 4: splitting a cell into its statements
+# and its last expression, and capping text. The host ships this file,
+# limits.py, helpers.py and runner.py joined into one script (this part
+# first): see RUNNER_SOURCE in kernel/process.rs. Stdlib only, Python >=
+# 3.8; builtin imports only.
 
 import _ast
 
@@ -83,3 +84,31 @@ def _compile_cell(code, filename):
     return (compile(tree, filename, "exec") if body else None), last, None
 
 
+
+
+def _has_escapes(code):
+    """Whether a line may start with `!` or `%`, or have one right after an
+    `=` (`files = !ls`): only then does the dialect's transform
+    (dialect.py) look at the cell. Two `find`s for cells with neither
+    character, a glance at the char before each occurrence otherwise.
+    False positives (`"a=%d" % x`) only cost the transform's scan."""
+    for ch in "!%":
+        i = code.find(ch)
+        while i >= 0:
+            nxt = code[i + 1 : i + 2]
+            # `x != y` and `a % b` at a glance: an escape's `!` is not
+            # followed by `=`, a magic's `%` by a space.
+            if (nxt == "=" if ch == "!" else nxt == " ") or i and code[i - 1] not in "\n= \t":
+                i = code.find(ch, i + 1)
+                continue
+            if i == 0:
+                return True
+            prev = code[i - 1]
+            if prev == "\n" or prev == "=":
+                return True
+            if prev == " " or prev == "\t":
+                head = code[code.rfind("\n", 0, i) + 1 : i].rstrip(" \t")
+                if not head or head[-1] == "=":
+                    return True
+            i = code.find(ch, i + 1)
+    return False

@@ -1,5 +1,5 @@
-# cellhost kernel runner, part 3 of 3 (compile.py and limits.py come first
-# in the shipped script). Stdlib only, Python >= 3.8.
+# cellhost kernel runner, part 4 of 4 (compile.py, limits.py and helpers.py
+# come first in the shipped script). Stdlib only, Python >= 3.8.
 #
 # The host starts this script with:
 #   fd 0  /dev/null            (input() fails fast)
@@ -16,6 +16,8 @@
 # --chdir=DIR: the cell's working dir (in a sandbox, where bwrap cannot).
 # --packages=DIR: the session's package dir (what `%pip` installs), put on
 # sys.path ahead of site-packages.
+# --network=MODE: the kernel's network mode ("off", "allowlist", "host"),
+# for the hints (hints.py).
 #
 # Frame: 4-byte little-endian body length, then fields, each written as
 # b"<name> <len>\n" followed by <len> raw bytes. No escaping, binary safe.
@@ -180,6 +182,11 @@ def _watch_death():
         except OSError:
             return  # a cell closed the fd: we cannot watch any more
     try:
+        for group in list(_shell_groups):  # `!cmd`s run in groups of their own
+            try:
+                os.killpg(group, 9)
+            except OSError:
+                pass
         os.killpg(0, 9)
     finally:
         os._exit(1)
@@ -475,9 +482,8 @@ def _describe_error(etype, evalue, tb):
     import traceback
 
     _sync_linecache()
-    # User frames only: drop the runner's own frames from the top.
-    while tb is not None and tb.tb_frame.f_code.co_filename == _runner_file:
-        tb = tb.tb_next
+    # User frames only.
+    tb = _user_frames(tb)
     try:
         lines = traceback.format_exception(etype, evalue, tb)
         last = traceback.format_exception_only(etype, evalue)[-1].strip()
@@ -520,6 +526,8 @@ class Runner:
         try:
             _cell_running = True
             try:
+                if _has_escapes(code):
+                    code = _transform(code, filename)
                 head, last, tail = _compile_cell(code, filename)
                 if head is not None:
                     exec(head, ns)
@@ -563,6 +571,10 @@ class Runner:
             breach = _breach_of(e)
             if breach:
                 reply["breach"] = breach
+            if etype is not KeyboardInterrupt:
+                hint = _hint_of(e)
+                if hint:
+                    reply["hint"] = hint
             e = None
         finally:
             _cell_running = False
@@ -593,6 +605,7 @@ def _setup_display():
     except OSError:
         pass  # a remote runner ships without it
     builtins.display = display
+    _setup_helpers()  # helpers.py
     sys.meta_path.insert(0, _MatplotlibHook)
     # Ahead of the path finders: a cell's own `pipmagic.py` in the cwd
     # never stands in for the runner's.
@@ -606,7 +619,7 @@ def _after_fork():
 
 
 def _parse_args():
-    global _cpu_per_cell, _process_time, MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS
+    global _cpu_per_cell, _process_time, MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS, _network
     global _packages_dir
     for arg in sys.argv[1:]:
         if arg.startswith("--cpu-per-cell="):
@@ -620,6 +633,8 @@ def _parse_args():
             _packages_dir = arg.split("=", 1)[1]
         elif arg.startswith("--chdir="):
             os.chdir(arg.split("=", 1)[1])
+        elif arg.startswith("--network="):
+            _network = arg.split("=", 1)[1]
         elif arg.startswith("--display="):
             caps = arg.split("=", 1)[1].split(",")
             MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS = (int(c) for c in caps)

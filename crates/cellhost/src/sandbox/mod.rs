@@ -72,6 +72,16 @@ impl Sandbox {
             Sandbox::Strict(_) => "strict",
         }
     }
+
+    /// The kernel's network as the runner's hints and `/v1/environment`
+    /// name it: `"off"` (a strict kernel's private loopback only) or
+    /// `"host"` (the host's network: no sandbox, or `network = true`).
+    pub fn network_mode(&self) -> &'static str {
+        match self {
+            Sandbox::Strict(s) if !s.network => "off",
+            _ => "host",
+        }
+    }
 }
 
 /// Settings of the strict profile.
