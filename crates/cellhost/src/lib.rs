@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod env;
+pub mod files;
 pub mod history;
 pub mod interpreter;
 pub mod kernel;

@@ -6,6 +6,7 @@
 //! module next to the concept it configures; the README documents every key.
 
 mod backends;
+mod files;
 mod history;
 mod lifecycle;
 mod limits;
@@ -19,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+pub use files::FilesConfig;
 pub use backends::{BackendConfig, DockerConfig, KubectlConfig, RemoteCommon, SshConfig};
 pub use history::HistoryConfig;
 pub use lifecycle::LifecycleConfig;
@@ -42,6 +44,8 @@ pub struct Config {
     pub server: ServerConfig,
     /// `[history]`: the daemon's cell history retention.
     pub history: HistoryConfig,
+    /// `[files]`: upload limits of the workspace file routes.
+    pub files: FilesConfig,
     /// The backend of requests that name none (default `"local"`).
     pub default_backend: Option<String>,
     /// `[backends.NAME]`: remote kernels over ssh, docker or kubectl.

@@ -86,6 +86,11 @@ pub struct KernelOptions {
     pub limits: ResourceLimits,
     /// Largest tool request or result in bytes (default 10 MB).
     pub max_tool_payload: usize,
+    /// The session's workspace of a `none` kernel (the manager makes it
+    /// the kernel's cwd): cut output is spilled into its
+    /// `.cellhost/output`. Strict kernels spill into their sandbox
+    /// workspace; with neither, into `spill_dir`.
+    pub workspace_dir: Option<PathBuf>,
 }
 
 /// `$XDG_RUNTIME_DIR/cellhost`, or `<tmp>/cellhost-<uid>`.
@@ -115,6 +120,7 @@ impl Default for KernelOptions {
             sandbox: Sandbox::None,
             limits: ResourceLimits::default(),
             max_tool_payload: crate::tools::DEFAULT_MAX_PAYLOAD,
+            workspace_dir: None,
         }
     }
 }

@@ -37,6 +37,9 @@ pub struct ManagerOptions {
     /// The agent's tools. A kernel's tool set (its key's) is a subset,
     /// and its cells call them through the `tools` module.
     pub tools: ToolSet,
+    /// Bytes a session's workspace may hold (`[limits] workspace_mib`,
+    /// default 4096 MiB); `None`: unlimited. Uploads respect it.
+    pub workspace_quota: Option<u64>,
 }
 
 impl ManagerOptions {
@@ -53,7 +56,14 @@ impl ManagerOptions {
             backends: BTreeMap::new(),
             default_backend: None,
             tools: ToolSet::new(),
+            workspace_quota: crate::config::LimitsConfig::default().workspace_quota(),
         }
+    }
+
+    /// The workspace quota in bytes (`None`: unlimited).
+    pub fn workspace_quota(mut self, bytes: Option<u64>) -> Self {
+        self.workspace_quota = bytes;
+        self
     }
 
     /// Apply `[backends.*]` and `default_backend`.
@@ -141,14 +151,61 @@ impl ManagerOptions {
         }
     }
 
-    /// The template with its sandbox workspace set to `dir` (when the
-    /// manager assigns workspaces; otherwise the template as is).
+    /// The template with its workspace set to `dir` when the manager
+    /// assigns workspaces: a strict template naming none mounts `dir`; a
+    /// `none` template without a cwd runs in `dir` (made here). Otherwise
+    /// the template as is.
     pub(super) fn kernel_with_workspace(&self, dir: impl FnOnce() -> PathBuf) -> KernelOptions {
         let mut opts = self.kernel.clone();
         if let Some(strict) = self.managed_strict() {
             opts.sandbox = Sandbox::Strict(strict.clone().workspace(dir()));
+        } else if self.managed_plain() {
+            let dir = dir();
+            if (self.prepare_workspace())(&dir).is_ok() {
+                opts.cwd = Some(dir.clone());
+                opts.workspace_dir = Some(dir);
+            }
         }
         opts
+    }
+
+    /// A `none` template without a cwd: the manager gives each owner a
+    /// workspace as its cwd.
+    fn managed_plain(&self) -> bool {
+        matches!(self.kernel.sandbox, Sandbox::None) && self.kernel.cwd.is_none()
+    }
+
+    /// How a missing workspace is made: the owner's home 0700, the
+    /// workspace 0700 owned by the strict kernel's uid (the host user
+    /// under `none`).
+    pub(crate) fn prepare_workspace(&self) -> crate::files::Prepare {
+        let strict = self.managed_strict().cloned();
+        std::sync::Arc::new(move |dir: &Path| {
+            use std::os::unix::fs::DirBuilderExt;
+            if let Some(parent) = dir.parent() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)?;
+            }
+            match &strict {
+                Some(strict) => crate::sandbox::launch::ensure_workspace(dir, strict)
+                    .map_err(|e| std::io::Error::other(e.to_string())),
+                None => match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                    other => other,
+                },
+            }
+        })
+    }
+
+    /// Where `dir` appears inside the owner's kernels.
+    pub(crate) fn workspace_in_kernel(&self, dir: &Path) -> PathBuf {
+        if self.kernel.sandbox.is_strict() {
+            PathBuf::from(crate::sandbox::WORKSPACE_IN_SANDBOX)
+        } else {
+            dir.to_path_buf()
+        }
     }
 }
 
