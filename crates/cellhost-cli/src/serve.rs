@@ -74,6 +74,7 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
             shutdown_grace: host.config.server.shutdown_grace(),
             allowed_hosts: host.config.server.allowed_hosts.clone(),
             bound: Some(listening.addr),
+            max_upload_bytes: host.config.files.max_upload_bytes(),
         },
     );
     let url = format!("http://{}", listening.addr);

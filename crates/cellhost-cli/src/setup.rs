@@ -98,6 +98,7 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
     let manager = KernelManager::start(
         ManagerOptions::new(&data_dir)
             .lifecycle(&config.lifecycle)
+            .workspace_quota(config.limits.workspace_quota())
             .kernel(opts.clone())
             .remote(&config)
             .tools(tools),

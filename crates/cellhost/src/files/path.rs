@@ -27,6 +27,8 @@ pub const MAX_NAME_BYTES: usize = 255;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RelPath {
     parts: Vec<String>,
+    /// Written with a trailing `/`: it must be a directory.
+    dir: bool,
 }
 
 impl RelPath {
@@ -69,7 +71,15 @@ impl RelPath {
                 p => parts.push(p.to_owned()),
             }
         }
-        Ok(RelPath { parts })
+        Ok(RelPath {
+            parts,
+            dir: raw.ends_with('/'),
+        })
+    }
+
+    /// Named with a trailing `/` (must be a directory).
+    pub fn names_dir(&self) -> bool {
+        self.dir
     }
 
     pub fn is_root(&self) -> bool {
@@ -94,7 +104,7 @@ impl RelPath {
     pub fn join(&self, name: &str) -> RelPath {
         let mut parts = self.parts.clone();
         parts.push(name.to_owned());
-        RelPath { parts }
+        RelPath { parts, dir: false }
     }
 }
 
@@ -288,6 +298,9 @@ pub(crate) fn open_read(root: &OwnedFd, path: &RelPath) -> Result<Opened, FileEr
         err,
     })?;
     match kind_of(&st) {
+        Kind::File if path.names_dir() => Err(FileError::NotADirectory {
+            path: path.display(),
+        }),
         Kind::File => Ok(Opened::File(fd, st)),
         Kind::Dir => Ok(Opened::Dir),
         _ => Err(FileError::NotRegular {
