@@ -45,7 +45,11 @@ fn remote(arg: &str) -> Option<(&str, &str)> {
 /// The route of `path` in `session`'s workspace, each part encoded.
 fn route(session: &str, path: &str) -> String {
     let parts: Vec<String> = path.split('/').map(segment).collect();
-    format!("/v1/sessions/{}/files/{}", segment(session), parts.join("/"))
+    format!(
+        "/v1/sessions/{}/files/{}",
+        segment(session),
+        parts.join("/")
+    )
 }
 
 /// `cellhost cp SRC DST`: one side local, the other `SESSION:PATH`.
@@ -137,7 +141,10 @@ async fn download(server: &Server, session: &str, path: &str, dst: &Path) -> Res
             format!("{session}:{path} is a directory; copy its files one by one (cellhost ls {session} {path})"),
         ));
     }
-    let dir = target.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = target
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let tmp = dir.join(format!(".{name}.cellhost-part"));
     let mut out = tokio::fs::File::create(&tmp)
         .await
@@ -165,11 +172,32 @@ async fn download(server: &Server, session: &str, path: &str, dst: &Path) -> Res
 }
 
 /// `cellhost ls SESSION [DIR]`.
-pub(crate) async fn ls(client: ClientArgs, session: String, dir: Option<String>, recursive: bool, json: bool) -> u8 {
-    report(ls_inner(&client, &session, dir.as_deref().unwrap_or(""), recursive, json).await)
+pub(crate) async fn ls(
+    client: ClientArgs,
+    session: String,
+    dir: Option<String>,
+    recursive: bool,
+    json: bool,
+) -> u8 {
+    report(
+        ls_inner(
+            &client,
+            &session,
+            dir.as_deref().unwrap_or(""),
+            recursive,
+            json,
+        )
+        .await,
+    )
 }
 
-async fn ls_inner(client: &ClientArgs, session: &str, dir: &str, recursive: bool, json: bool) -> Result<u8, Failure> {
+async fn ls_inner(
+    client: &ClientArgs,
+    session: &str,
+    dir: &str,
+    recursive: bool,
+    json: bool,
+) -> Result<u8, Failure> {
     let server = connect(client)?;
     let dir = dir.trim_matches('/');
     let mut path = if dir.is_empty() {
@@ -206,7 +234,10 @@ pub(crate) async fn rm(client: ClientArgs, target: String, recursive: bool) -> u
 
 async fn rm_inner(client: &ClientArgs, target: &str, recursive: bool) -> Result<u8, Failure> {
     let Some((session, path)) = remote(target) else {
-        return Err(fail(2, format!("{target:?} names no session; write SESSION:PATH (e.g. s1:data/old.csv)")));
+        return Err(fail(
+            2,
+            format!("{target:?} names no session; write SESSION:PATH (e.g. s1:data/old.csv)"),
+        ));
     };
     let server = connect(client)?;
     let mut route = route(session, path);

@@ -108,7 +108,6 @@ fn text(o: &Output) -> (String, String) {
     )
 }
 
-
 fn sha(path: &Path) -> String {
     let o = Command::new("sha256sum").arg(path).output().unwrap();
     String::from_utf8_lossy(&o.stdout)[..64].to_owned()
@@ -153,7 +152,10 @@ fn files_go_in_and_out_of_a_strict_session_and_survive_a_restart() {
     let got = std::fs::read(back.join("total.bin")).unwrap();
     assert_eq!(got, (0..=255u8).cycle().take(1024).collect::<Vec<_>>());
     let out = ok(&d.cli(&["ls", "s1", "-r"]));
-    assert!(out.contains("data/sales.csv") && out.contains("total.bin"), "{out}");
+    assert!(
+        out.contains("data/sales.csv") && out.contains("total.bin"),
+        "{out}"
+    );
     ok(&d.cli(&["rm", "s1:total.bin"]));
     let o = d.cli(&["cp", "s1:total.bin", back.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{:?}", text(&o));
@@ -161,7 +163,12 @@ fn files_go_in_and_out_of_a_strict_session_and_survive_a_restart() {
     // A restarted daemon serves the same files to a new kernel.
     assert_eq!(d.stop(), Some(0));
     let d = Daemon::start(data.path(), &[], &[]);
-    let out = ok(&d.cli(&["exec", "-s", "s1", "print(open('data/sales.csv').read().count('\\n'))"]));
+    let out = ok(&d.cli(&[
+        "exec",
+        "-s",
+        "s1",
+        "print(open('data/sales.csv').read().count('\\n'))",
+    ]));
     assert!(out.starts_with("3\n"), "{out}");
     // Gone with the session.
     ok(&d.cli(&["reset", "s1"]));
@@ -182,7 +189,13 @@ fn links_and_fifos_a_strict_cell_plants_are_refused_over_http() {
          os.symlink('/etc', 'etc')\nos.mkfifo('fifo')\nprint('planted')",
     ]));
     let dst = local.path().to_str().unwrap();
-    for src in ["evil:leak", "evil:root/etc/passwd", "evil:etc/passwd", "evil:fifo", "evil:../../../etc/passwd"] {
+    for src in [
+        "evil:leak",
+        "evil:root/etc/passwd",
+        "evil:etc/passwd",
+        "evil:fifo",
+        "evil:../../../etc/passwd",
+    ] {
         let started = Instant::now();
         let o = d.cli(&["cp", src, dst]);
         let (out, err) = text(&o);
@@ -191,12 +204,22 @@ fn links_and_fifos_a_strict_cell_plants_are_refused_over_http() {
             err.contains("symlink") || err.contains("not a regular file") || err.contains("`..`"),
             "{src}: {err}"
         );
-        assert!(started.elapsed() < Duration::from_secs(10), "never hangs on a FIFO");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "never hangs on a FIFO"
+        );
     }
-    assert_eq!(std::fs::read_dir(local.path()).unwrap().count(), 0, "nothing came out");
+    assert_eq!(
+        std::fs::read_dir(local.path()).unwrap().count(),
+        0,
+        "nothing came out"
+    );
     let evil = local.path().join("evil.txt");
     std::fs::write(&evil, "x").unwrap();
-    for dst in ["evil:root/tmp/planted-by-upload", "evil:etc/planted-by-upload"] {
+    for dst in [
+        "evil:root/tmp/planted-by-upload",
+        "evil:etc/planted-by-upload",
+    ] {
         let o = d.cli(&["cp", evil.to_str().unwrap(), dst]);
         assert_eq!(o.status.code(), Some(2), "{dst}: {:?}", text(&o));
     }

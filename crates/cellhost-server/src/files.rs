@@ -68,7 +68,11 @@ fn path_error(r: PathRejection) -> ApiError {
 }
 
 /// The handle of the owner a route names (a session, or its child).
-fn workspace_of(state: &AppState, session: &str, child: Option<&str>) -> Result<Workspace, ApiError> {
+fn workspace_of(
+    state: &AppState,
+    session: &str,
+    child: Option<&str>,
+) -> Result<Workspace, ApiError> {
     let owner = match child {
         Some(c) => cellhost::registry::child_owner(session, c)
             .map_err(|e| ApiError::bad_request("invalid_session", e.to_string()))?,
@@ -136,7 +140,10 @@ pub(crate) async fn get(
     let ws = workspace_of(&state, &t.session, t.child.as_deref())?;
     let file = match ws.open(&t.path).await? {
         Opened::Dir => {
-            let max = q.limit.unwrap_or(DEFAULT_MAX_ENTRIES).clamp(1, DEFAULT_MAX_ENTRIES);
+            let max = q
+                .limit
+                .unwrap_or(DEFAULT_MAX_ENTRIES)
+                .clamp(1, DEFAULT_MAX_ENTRIES);
             let listing = ws.list(&t.path, q.recursive, max).await?;
             return Ok(Json(serde_json::json!({
                 "path": t.path.trim_matches('/'),
@@ -150,12 +157,21 @@ pub(crate) async fn get(
     let etag = file.etag.clone();
     let size = file.size;
     let mut h = HeaderMap::new();
-    h.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime_of(&t.path)));
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(mime_of(&t.path)),
+    );
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     // Whatever a cell wrote is served inert: never sniffed, never run
     // as a page of this origin (the dashboard's).
-    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox"),
+    );
     if let Ok(v) = HeaderValue::from_str(&etag) {
         h.insert(header::ETAG, v);
     }
@@ -175,12 +191,18 @@ pub(crate) async fn get(
         Some(Range::Bytes(start, len)) => {
             let end = start + len - 1;
             let v = format!("bytes {start}-{end}/{size}");
-            h.insert(header::CONTENT_RANGE, HeaderValue::from_str(&v).expect("ascii"));
+            h.insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&v).expect("ascii"),
+            );
             (StatusCode::PARTIAL_CONTENT, start, len)
         }
         Some(Range::Unsatisfiable) => {
             let v = format!("bytes */{size}");
-            h.insert(header::CONTENT_RANGE, HeaderValue::from_str(&v).expect("ascii"));
+            h.insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&v).expect("ascii"),
+            );
             return Ok((
                 StatusCode::RANGE_NOT_SATISFIABLE,
                 h,
@@ -212,7 +234,10 @@ pub(crate) async fn delete(
     let q = query_of(query)?;
     let ws = workspace_of(&state, &t.session, t.child.as_deref())?;
     ws.remove(&t.path, q.recursive).await?;
-    Ok(Json(serde_json::json!({ "path": t.path.trim_matches('/'), "removed": true })).into_response())
+    Ok(
+        Json(serde_json::json!({ "path": t.path.trim_matches('/'), "removed": true }))
+            .into_response(),
+    )
 }
 
 #[derive(Debug, PartialEq, Eq)]

@@ -72,7 +72,10 @@ pub(crate) async fn check_origin(
 pub(crate) async fn require_json(req: Request, next: Next) -> Response {
     // PUT (file uploads, any type) is never a "simple" request: a
     // cross-site page cannot send it without a preflight we never answer.
-    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT) {
+    if matches!(
+        *req.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT
+    ) {
         return next.run(req).await;
     }
     let empty = axum::body::HttpBody::size_hint(req.body()).exact() == Some(0);

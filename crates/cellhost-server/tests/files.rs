@@ -10,7 +10,11 @@ use cellhost_server::ServerOptions;
 use common::{error_code, json, server, server_with};
 use http_body_util::BodyExt;
 
-async fn put(s: &common::TestServer, path: &str, bytes: Vec<u8>) -> (StatusCode, serde_json::Value) {
+async fn put(
+    s: &common::TestServer,
+    path: &str,
+    bytes: Vec<u8>,
+) -> (StatusCode, serde_json::Value) {
     let req = Request::put(path)
         .header("content-type", "application/octet-stream")
         .body(Body::from(bytes))
@@ -52,21 +56,39 @@ async fn a_file_goes_in_and_out_byte_exact_with_ranges_listing_and_delete() {
         )
         .await;
     assert_eq!(r["value"], format!("'{sha}'"));
-    s.exec("s1", "open('chart.png','wb').write(bytes(range(256)))\nopen('e.txt','w').close()")
-        .await;
+    s.exec(
+        "s1",
+        "open('chart.png','wb').write(bytes(range(256)))\nopen('e.txt','w').close()",
+    )
+    .await;
     let (st, h, body) = get_raw(&s, "/v1/sessions/s1/files/chart.png", &[]).await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(body, (0..=255u8).collect::<Vec<_>>());
     assert_eq!(h["content-type"], "image/png");
     assert_eq!(h["content-length"], "256");
     let etag = h["etag"].to_str().unwrap().to_owned();
-    let (st, _, _) = get_raw(&s, "/v1/sessions/s1/files/chart.png", &[("if-none-match", &etag)]).await;
+    let (st, _, _) = get_raw(
+        &s,
+        "/v1/sessions/s1/files/chart.png",
+        &[("if-none-match", &etag)],
+    )
+    .await;
     assert_eq!(st, StatusCode::NOT_MODIFIED);
-    let (st, h, body) = get_raw(&s, "/v1/sessions/s1/files/chart.png", &[("range", "bytes=10-19")]).await;
+    let (st, h, body) = get_raw(
+        &s,
+        "/v1/sessions/s1/files/chart.png",
+        &[("range", "bytes=10-19")],
+    )
+    .await;
     assert_eq!(st, StatusCode::PARTIAL_CONTENT);
     assert_eq!(body, (10..20u8).collect::<Vec<_>>());
     assert_eq!(h["content-range"], "bytes 10-19/256");
-    let (st, _, _) = get_raw(&s, "/v1/sessions/s1/files/chart.png", &[("range", "bytes=900-")]).await;
+    let (st, _, _) = get_raw(
+        &s,
+        "/v1/sessions/s1/files/chart.png",
+        &[("range", "bytes=900-")],
+    )
+    .await;
     assert_eq!(st, StatusCode::RANGE_NOT_SATISFIABLE);
     let (st, _, body) = get_raw(&s, "/v1/sessions/s1/files/e.txt", &[]).await;
     assert_eq!((st, body.len()), (StatusCode::OK, 0));
@@ -75,8 +97,16 @@ async fn a_file_goes_in_and_out_byte_exact_with_ranges_listing_and_delete() {
     // Listings: the root, a directory (also by GET on it), recursive.
     let (st, v) = s.get("/v1/sessions/s1/files").await;
     assert_eq!(st, StatusCode::OK, "{v}");
-    let names: Vec<_> = v["entries"].as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
-    assert!(names.contains(&"chart.png") && names.contains(&"data"), "{v}");
+    let names: Vec<_> = v["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"chart.png") && names.contains(&"data"),
+        "{v}"
+    );
     assert_eq!(v["truncated"], false);
     let (_, v) = s.get("/v1/sessions/s1/files/data/").await;
     assert_eq!(v["entries"][0]["path"], "data/big.bin", "{v}");
@@ -85,7 +115,10 @@ async fn a_file_goes_in_and_out_byte_exact_with_ranges_listing_and_delete() {
     assert_eq!(v["truncated"], true, "{v}");
     // Delete.
     let (st, v) = s.delete("/v1/sessions/s1/files/data").await;
-    assert_eq!((st, error_code(&v)), (StatusCode::CONFLICT, "is_a_directory"));
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::CONFLICT, "is_a_directory")
+    );
     let (st, _) = s.delete("/v1/sessions/s1/files/data?recursive=true").await;
     assert_eq!(st, StatusCode::OK);
     let (st, v) = s.get("/v1/sessions/s1/files/data/big.bin").await;
@@ -110,24 +143,56 @@ async fn bad_paths_and_limits_answer_in_the_error_shape() {
     .await;
     for path in ["../x", "a/../../x", "a/./b", "%2Fetc%2Fpasswd", "a%00b"] {
         let (st, v) = put(&s, &format!("/v1/sessions/s1/files/{path}"), b"x".to_vec()).await;
-        assert_eq!((st, error_code(&v)), (StatusCode::BAD_REQUEST, "invalid_path"), "{path}: {v}");
+        assert_eq!(
+            (st, error_code(&v)),
+            (StatusCode::BAD_REQUEST, "invalid_path"),
+            "{path}: {v}"
+        );
         let (st, v) = s.get(&format!("/v1/sessions/s1/files/{path}")).await;
-        assert_eq!((st, error_code(&v)), (StatusCode::BAD_REQUEST, "invalid_path"), "{path}: {v}");
+        assert_eq!(
+            (st, error_code(&v)),
+            (StatusCode::BAD_REQUEST, "invalid_path"),
+            "{path}: {v}"
+        );
     }
     let long = "n".repeat(4096);
     let (st, v) = put(&s, &format!("/v1/sessions/s1/files/{long}"), b"x".to_vec()).await;
-    assert_eq!((st, error_code(&v)), (StatusCode::BAD_REQUEST, "invalid_path"));
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::BAD_REQUEST, "invalid_path")
+    );
     let (st, v) = put(&s, "/v1/sessions/s1/files/big", vec![0; 2 * 1024 * 1024]).await;
-    assert_eq!((st, error_code(&v)), (StatusCode::PAYLOAD_TOO_LARGE, "too_large"));
-    assert!(v["error"]["message"].as_str().unwrap().contains("max_upload_mib"), "{v}");
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "too_large")
+    );
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_upload_mib"),
+        "{v}"
+    );
     put(&s, "/v1/sessions/s1/files/f", b"x".to_vec()).await;
     let (st, v) = put(&s, "/v1/sessions/s1/files/f/inside", b"x".to_vec()).await;
-    assert_eq!((st, error_code(&v)), (StatusCode::CONFLICT, "not_a_directory"), "{v}");
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::CONFLICT, "not_a_directory"),
+        "{v}"
+    );
     put(&s, "/v1/sessions/s1/files/d/x", b"x".to_vec()).await;
     let (st, v) = put(&s, "/v1/sessions/s1/files/d", b"x".to_vec()).await;
-    assert_eq!((st, error_code(&v)), (StatusCode::CONFLICT, "is_a_directory"), "{v}");
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::CONFLICT, "is_a_directory"),
+        "{v}"
+    );
     let (st, v) = s.get("/v1/sessions/s1/files/f/").await;
-    assert_eq!((st, error_code(&v)), (StatusCode::CONFLICT, "not_a_directory"), "{v}");
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::CONFLICT, "not_a_directory"),
+        "{v}"
+    );
     let (st, v) = s.get("/v1/sessions/s1/files/nope.txt").await;
     assert_eq!((st, error_code(&v)), (StatusCode::NOT_FOUND, "not_found"));
     let (st, v) = s.get("/v1/sessions/s1/files?bogus=1").await;
@@ -155,14 +220,23 @@ async fn the_quota_answers_507() {
     let (st, _) = put(&s, "/v1/sessions/q/files/a", vec![0; 700_000]).await;
     assert_eq!(st, StatusCode::CREATED);
     let (st, v) = put(&s, "/v1/sessions/q/files/b", vec![0; 700_000]).await;
-    assert_eq!((st, error_code(&v)), (StatusCode::INSUFFICIENT_STORAGE, "quota_exceeded"), "{v}");
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::INSUFFICIENT_STORAGE, "quota_exceeded"),
+        "{v}"
+    );
     s.shutdown().await;
 }
 
 #[tokio::test]
 async fn a_childs_files_are_its_own() {
     let s = server().await;
-    let (st, _) = put(&s, "/v1/sessions/p/children/c/files/c.txt", b"child".to_vec()).await;
+    let (st, _) = put(
+        &s,
+        "/v1/sessions/p/children/c/files/c.txt",
+        b"child".to_vec(),
+    )
+    .await;
     assert_eq!(st, StatusCode::CREATED);
     put(&s, "/v1/sessions/p/files/p.txt", b"parent".to_vec()).await;
     let (st, _) = s.get("/v1/sessions/p/files/c.txt").await;
@@ -172,6 +246,10 @@ async fn a_childs_files_are_its_own() {
     let (_, _, body) = get_raw(&s, "/v1/sessions/p/children/c/files/c.txt", &[]).await;
     assert_eq!(body, b"child");
     let (st, v) = s.get("/v1/sessions/p/children/bad::id/files").await;
-    assert_eq!((st, error_code(&v)), (StatusCode::BAD_REQUEST, "invalid_session"), "{v}");
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::BAD_REQUEST, "invalid_session"),
+        "{v}"
+    );
     s.shutdown().await;
 }

@@ -30,7 +30,11 @@ async fn run(m: &KernelManager, owner: &str, code: &str) -> CellResult {
     r
 }
 
-async fn put(ws: &Workspace, path: &str, bytes: &[u8]) -> Result<cellhost::files::Written, FileError> {
+async fn put(
+    ws: &Workspace,
+    path: &str,
+    bytes: &[u8],
+) -> Result<cellhost::files::Written, FileError> {
     ws.write(path, bytes, WriteLimits::default()).await
 }
 
@@ -58,14 +62,18 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 #[tokio::test]
-async fn an_upload_before_the_first_cell_is_read_by_the_cell_and_a_cells_file_downloads_byte_exact() {
+async fn an_upload_before_the_first_cell_is_read_by_the_cell_and_a_cells_file_downloads_byte_exact()
+{
     let dir = tempfile::tempdir().unwrap();
     let m = strict_manager(&dir, |o| o).await;
     let ws = m.workspace("s1").unwrap();
     let binary: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 256) as u8).collect();
     let w = put(&ws, "data/sales.bin", &binary).await.unwrap();
     assert!(w.created);
-    assert_eq!((w.size, w.sha256.as_str()), (300_000, sha256_hex(&binary).as_str()));
+    assert_eq!(
+        (w.size, w.sha256.as_str()),
+        (300_000, sha256_hex(&binary).as_str())
+    );
     let again = put(&ws, "data/sales.bin", &binary).await.unwrap();
     assert!(!again.created, "replaced");
     put(&ws, "empty.txt", b"").await.unwrap();
@@ -94,12 +102,17 @@ async fn an_upload_before_the_first_cell_is_read_by_the_cell_and_a_cells_file_do
     assert_eq!((d.uid(), d.mode() & 0o7777), (root_meta.uid(), 0o755));
     // A range.
     let mut part = Vec::new();
-    ws.read_to("data/sales.bin", Some((1000, 10)), &mut part).await.unwrap();
+    ws.read_to("data/sales.bin", Some((1000, 10)), &mut part)
+        .await
+        .unwrap();
     assert_eq!(part, &binary[1000..1010]);
     // Listing, recursive, bounded.
     let all = ws.list("", true, 100).await.unwrap();
     let names: Vec<_> = all.entries.iter().map(|e| e.path.as_str()).collect();
-    assert!(names.contains(&"data/sales.bin") && names.contains(&"out.bin"), "{names:?}");
+    assert!(
+        names.contains(&"data/sales.bin") && names.contains(&"out.bin"),
+        "{names:?}"
+    );
     assert!(!all.truncated);
     let two = ws.list("", true, 2).await.unwrap();
     assert!(two.truncated && two.entries.len() == 2, "{two:?}");
@@ -107,7 +120,10 @@ async fn an_upload_before_the_first_cell_is_read_by_the_cell_and_a_cells_file_do
     let err = ws.remove("data", false).await.unwrap_err();
     assert_eq!(err.code(), "is_a_directory");
     ws.remove("data", true).await.unwrap();
-    assert_eq!(get(&ws, "data/sales.bin").await.unwrap_err().code(), "not_found");
+    assert_eq!(
+        get(&ws, "data/sales.bin").await.unwrap_err().code(),
+        "not_found"
+    );
     m.shutdown().await;
 }
 
@@ -149,7 +165,14 @@ async fn paths_a_cell_plants_never_lead_outside_the_workspace() {
     }
     let long = "n".repeat(4096);
     assert_eq!(get(&ws, &long).await.unwrap_err().code(), "invalid_path");
-    for path in ["out/new", "root/tmp/new", "etcdir/new", "../new", "/tmp/new", long.as_str()] {
+    for path in [
+        "out/new",
+        "root/tmp/new",
+        "etcdir/new",
+        "../new",
+        "/tmp/new",
+        long.as_str(),
+    ] {
         let err = put(&ws, path, b"evil").await.unwrap_err();
         assert_eq!(err.code(), "invalid_path", "PUT {path:?}: {err}");
     }
@@ -167,7 +190,10 @@ async fn paths_a_cell_plants_never_lead_outside_the_workspace() {
     assert_eq!(kind("root"), Some(EntryType::Symlink));
     assert_eq!(kind("fifo"), Some(EntryType::Other));
     assert!(
-        listing.entries.iter().all(|e| !e.path.starts_with("root/") && !e.path.starts_with("out/")),
+        listing
+            .entries
+            .iter()
+            .all(|e| !e.path.starts_with("root/") && !e.path.starts_with("out/")),
         "never listed through a symlink"
     );
     // An upload to a symlink's name replaces the link, never its target.
@@ -181,7 +207,10 @@ async fn paths_a_cell_plants_never_lead_outside_the_workspace() {
     ws.remove("out", true).await.unwrap();
     ws.remove("root", true).await.unwrap();
     ws.remove("real", true).await.unwrap();
-    assert_eq!(std::fs::read_to_string(outside.path().join("secret")).unwrap(), "outside");
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret")).unwrap(),
+        "outside"
+    );
     assert!(Path::new("/etc/passwd").exists());
     m.shutdown().await;
 }
@@ -224,12 +253,20 @@ async fn cut_output_is_readable_by_the_next_cell_and_downloadable() {
     assert!(r.truncated.stdout);
     let spill = r.truncated.spill_path.clone().unwrap();
     assert_eq!(spill, "/workspace/.cellhost/output/cell-1.stdout.txt");
-    assert!(r.stdout.contains(&spill), "the marker names it: {:.200}", &r.stdout[19_000..21_000]);
-    assert!(r.stdout.contains("files/.cellhost/output/cell-1.stdout.txt"));
+    assert!(
+        r.stdout.contains(&spill),
+        "the marker names it: {:.200}",
+        &r.stdout[19_000..21_000]
+    );
+    assert!(r
+        .stdout
+        .contains("files/.cellhost/output/cell-1.stdout.txt"));
     let next = run(&m, "s1", &format!("len(open({spill:?}).read())")).await;
     assert_eq!(next.value.as_deref(), Some("200001"));
     let ws = m.workspace("s1").unwrap();
-    let got = get(&ws, ".cellhost/output/cell-1.stdout.txt").await.unwrap();
+    let got = get(&ws, ".cellhost/output/cell-1.stdout.txt")
+        .await
+        .unwrap();
     assert_eq!(got.len(), 200_001);
     let runtime_spill = dir.path().join("run/spill");
     let left: Vec<_> = std::fs::read_dir(&runtime_spill)
@@ -250,7 +287,10 @@ async fn a_childs_files_are_invisible_to_its_parent_and_survive_a_reset() {
     put(&cw, "child.txt", b"c").await.unwrap();
     put(&pw, "parent.txt", b"p").await.unwrap();
     assert_eq!(get(&pw, "child.txt").await.unwrap_err().code(), "not_found");
-    assert_eq!(get(&cw, "parent.txt").await.unwrap_err().code(), "not_found");
+    assert_eq!(
+        get(&cw, "parent.txt").await.unwrap_err().code(),
+        "not_found"
+    );
     let r = run(&m, &child, "import os\nsorted(os.listdir('/workspace'))").await;
     assert_eq!(r.value.as_deref(), Some("['child.txt']"));
     let reset = m
@@ -269,7 +309,10 @@ async fn a_childs_files_are_invisible_to_its_parent_and_survive_a_reset() {
     let m = strict_manager(&dir, |o| o).await;
     let r = run(&m, "p", "open('/workspace/parent.txt').read()").await;
     assert_eq!(r.value.as_deref(), Some("'p'"));
-    assert_eq!(get(&m.workspace("p").unwrap(), "parent.txt").await.unwrap(), b"p");
+    assert_eq!(
+        get(&m.workspace("p").unwrap(), "parent.txt").await.unwrap(),
+        b"p"
+    );
     m.shutdown().await;
 }
 
@@ -284,8 +327,16 @@ async fn a_none_kernel_served_by_the_manager_runs_in_its_workspace() {
     )
     .await;
     let ws = m.workspace("s1").unwrap();
-    let r = run(&m, "s1", "import os\nopen('made.txt','w').write('hi')\nos.getcwd()").await;
-    assert_eq!(r.value.unwrap(), format!("{:?}", ws.root().display().to_string()).replace('"', "'"));
+    let r = run(
+        &m,
+        "s1",
+        "import os\nopen('made.txt','w').write('hi')\nos.getcwd()",
+    )
+    .await;
+    assert_eq!(
+        r.value.unwrap(),
+        format!("{:?}", ws.root().display().to_string()).replace('"', "'")
+    );
     assert_eq!(get(&ws, "made.txt").await.unwrap(), b"hi");
     let r = run(&m, "s1", "print('y' * 100_000)").await;
     let spill = r.truncated.spill_path.unwrap();

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use files::FilesConfig;
 pub use backends::{BackendConfig, DockerConfig, KubectlConfig, RemoteCommon, SshConfig};
+pub use files::FilesConfig;
 pub use history::HistoryConfig;
 pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;

@@ -72,7 +72,11 @@ pub struct FileReader {
 
 impl FileReader {
     /// Seek to `start` and hand back a reader of at most `len` bytes.
-    pub async fn range(mut self, start: u64, len: u64) -> io::Result<tokio::io::Take<tokio::fs::File>> {
+    pub async fn range(
+        mut self,
+        start: u64,
+        len: u64,
+    ) -> io::Result<tokio::io::Take<tokio::fs::File>> {
         self.file.seek(io::SeekFrom::Start(start)).await?;
         Ok(self.file.take(len))
     }
@@ -100,7 +104,12 @@ fn modified(st: &libc::stat) -> f64 {
 }
 
 impl Workspace {
-    pub(crate) fn new(root: PathBuf, in_kernel: PathBuf, quota: Option<u64>, prepare: Prepare) -> Workspace {
+    pub(crate) fn new(
+        root: PathBuf,
+        in_kernel: PathBuf,
+        quota: Option<u64>,
+        prepare: Prepare,
+    ) -> Workspace {
         Workspace {
             root,
             in_kernel,
@@ -259,8 +268,8 @@ impl Workspace {
         let st = path::fstat(root.as_raw_fd()).map_err(io_err("stat the workspace"))?;
         let owner = (st.st_uid, st.st_gid);
         let (parents, last) = rel.split_last().expect("not the root");
-        let parent =
-            path::walk_dirs(&root, parents, Some(owner)).map_err(|e| path::resolve_error(rel, e))?;
+        let parent = path::walk_dirs(&root, parents, Some(owner))
+            .map_err(|e| path::resolve_error(rel, e))?;
         let name = path::name(last).map_err(|e| path::resolve_error(rel, e))?;
         let (existing, old_size) = match path::lstat_at(parent.as_raw_fd(), &name) {
             Ok(st) if path::kind_of(&st) == Kind::Dir => {
@@ -286,11 +295,8 @@ impl Workspace {
             }
             None => None,
         };
-        let tmp = path::name(&format!(
-            "{UPLOAD_PREFIX}{}",
-            crate::kernel::random_hex(8)
-        ))
-        .map_err(io_err("name the upload"))?;
+        let tmp = path::name(&format!("{UPLOAD_PREFIX}{}", crate::kernel::random_hex(8)))
+            .map_err(io_err("name the upload"))?;
         let fd = path::open_at(
             parent.as_raw_fd(),
             &tmp,
@@ -322,7 +328,9 @@ impl Workspace {
                 return if rel.is_root() {
                     Ok(Opened::Dir)
                 } else {
-                    Err(FileError::NotFound { path: rel.display() })
+                    Err(FileError::NotFound {
+                        path: rel.display(),
+                    })
                 };
             };
             match path::open_read(&root, &rel)? {
@@ -361,7 +369,10 @@ impl Workspace {
             }
         };
         let (start, len) = range.unwrap_or((0, reader.size));
-        let mut src = reader.range(start, len).await.map_err(io_err("read a file"))?;
+        let mut src = reader
+            .range(start, len)
+            .await
+            .map_err(io_err("read a file"))?;
         tokio::io::copy(&mut src, dst)
             .await
             .map_err(io_err("copy a file"))
@@ -381,7 +392,9 @@ impl Workspace {
                 return if rel.is_root() {
                     Ok(Listing::default())
                 } else {
-                    Err(FileError::NotFound { path: rel.display() })
+                    Err(FileError::NotFound {
+                        path: rel.display(),
+                    })
                 };
             };
             let mut listing = Listing::default();
@@ -393,8 +406,8 @@ impl Workspace {
                     Err(_) => continue, // swapped for a symlink or gone meanwhile
                 };
                 let left = max.saturating_sub(listing.entries.len());
-                let (entries, more) = path::read_dir(&dir, left)
-                    .map_err(io_err("read a workspace directory"))?;
+                let (entries, more) =
+                    path::read_dir(&dir, left).map_err(io_err("read a workspace directory"))?;
                 let mut entries: Vec<_> = entries.into_iter().collect();
                 entries.sort_by(|a, b| a.0.cmp(&b.0));
                 for (name, st) in entries {
@@ -412,7 +425,11 @@ impl Workspace {
                         name,
                         path: child.display(),
                         kind,
-                        size: if kind == EntryType::Dir { 0 } else { st.st_size as u64 },
+                        size: if kind == EntryType::Dir {
+                            0
+                        } else {
+                            st.st_size as u64
+                        },
                         modified: modified(&st),
                     });
                 }
@@ -437,16 +454,21 @@ impl Workspace {
         let Some((parents, last)) = rel.split_last() else {
             return Err(FileError::InvalidPath {
                 path: String::new(),
-                why: "the workspace root itself is not removed; DELETE the session to drop its files".into(),
+                why:
+                    "the workspace root itself is not removed; DELETE the session to drop its files"
+                        .into(),
             });
         };
         let (parents, last) = (parents.to_vec(), last.to_owned());
         let me = self.clone();
         blocking(move || {
             let Some(root) = me.root_fd()? else {
-                return Err(FileError::NotFound { path: rel.display() });
+                return Err(FileError::NotFound {
+                    path: rel.display(),
+                });
             };
-            let dir = path::walk_dirs(&root, &parents, None).map_err(|e| path::resolve_error(&rel, e))?;
+            let dir =
+                path::walk_dirs(&root, &parents, None).map_err(|e| path::resolve_error(&rel, e))?;
             let name = path::name(&last).map_err(|e| path::resolve_error(&rel, e))?;
             path::remove_at(&dir, &name, recursive, 0).map_err(|e| match e.raw_os_error() {
                 Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => FileError::IsADirectory {

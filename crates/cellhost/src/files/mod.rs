@@ -39,7 +39,9 @@ pub enum FileError {
     IsADirectory { path: String, hint: &'static str },
     #[error("a part of {path:?} is a file, not a directory; name a path inside a directory")]
     NotADirectory { path: String },
-    #[error("{path:?} is not a regular file (a FIFO, socket or device); only regular files are read")]
+    #[error(
+        "{path:?} is not a regular file (a FIFO, socket or device); only regular files are read"
+    )]
     NotRegular { path: String },
     #[error(
         "the workspace quota of {quota_mib} MiB would be exceeded ({used_mib} MiB used); \

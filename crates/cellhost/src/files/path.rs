@@ -57,11 +57,9 @@ impl RelPath {
         let mut parts = Vec::new();
         for part in raw.split('/').filter(|p| !p.is_empty()) {
             match part {
-                "." | ".." => {
-                    return Err(bad(
-                        "it contains `.` or `..`; name files by their plain path inside the workspace",
-                    ))
-                }
+                "." | ".." => return Err(bad(
+                    "it contains `.` or `..`; name files by their plain path inside the workspace",
+                )),
                 p if p.len() > MAX_NAME_BYTES => {
                     return Err(bad(&format!(
                         "a name in it is {} bytes long; names may have at most {MAX_NAME_BYTES}",
@@ -130,7 +128,12 @@ fn check(ret: libc::c_int) -> io::Result<libc::c_int> {
 }
 
 /// `openat(dir, name, flags | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY)`.
-pub(crate) fn open_at(dir: RawFd, name: &CStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
+pub(crate) fn open_at(
+    dir: RawFd,
+    name: &CStr,
+    flags: libc::c_int,
+    mode: u32,
+) -> io::Result<OwnedFd> {
     let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY;
     loop {
         // SAFETY: a valid dir fd (or AT_FDCWD) and a NUL-terminated name.
@@ -226,7 +229,12 @@ pub(crate) fn walk_dirs(
     let mut dir = dup(root)?;
     for part in parts {
         let name = cstr(part)?;
-        let next = match open_at(dir.as_raw_fd(), &name, libc::O_RDONLY | libc::O_DIRECTORY, 0) {
+        let next = match open_at(
+            dir.as_raw_fd(),
+            &name,
+            libc::O_RDONLY | libc::O_DIRECTORY,
+            0,
+        ) {
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create.is_some() => {
                 let (uid, gid) = create.unwrap_or_default();
                 // SAFETY: a valid dir fd and a NUL-terminated name.
@@ -236,15 +244,19 @@ pub(crate) fn walk_dirs(
                     Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {}
                     Err(e) => return Err(e),
                 }
-                let made =
-                    open_at(dir.as_raw_fd(), &name, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+                let made = open_at(
+                    dir.as_raw_fd(),
+                    &name,
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                    0,
+                )?;
                 own(&made, uid, gid, 0o755)?;
                 made
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
                 // A symlink (to a dir or not) says so, not "not a directory".
-                let link = lstat_at(dir.as_raw_fd(), &name)
-                    .is_ok_and(|st| kind_of(&st) == Kind::Symlink);
+                let link =
+                    lstat_at(dir.as_raw_fd(), &name).is_ok_and(|st| kind_of(&st) == Kind::Symlink);
                 return Err(if link {
                     io::Error::from_raw_os_error(libc::ELOOP)
                 } else {
@@ -286,13 +298,8 @@ pub(crate) fn open_read(root: &OwnedFd, path: &RelPath) -> Result<Opened, FileEr
     };
     let dir = walk_dirs(root, parents, None).map_err(|e| resolve_error(path, e))?;
     let name = cstr(last).map_err(|e| resolve_error(path, e))?;
-    let fd = open_at(
-        dir.as_raw_fd(),
-        &name,
-        libc::O_RDONLY | libc::O_NONBLOCK,
-        0,
-    )
-    .map_err(|e| resolve_error(path, e))?;
+    let fd = open_at(dir.as_raw_fd(), &name, libc::O_RDONLY | libc::O_NONBLOCK, 0)
+        .map_err(|e| resolve_error(path, e))?;
     let st = fstat(fd.as_raw_fd()).map_err(|err| FileError::Io {
         about: "stat a workspace file",
         err,
@@ -343,7 +350,12 @@ pub(crate) fn read_dir(dir: &OwnedFd, max: usize) -> io::Result<(Vec<(String, li
 /// Remove `name` in `dir`; a directory with everything in it when
 /// `recursive`. Symlinks are unlinked, never followed; directories are
 /// entered by fd with `O_NOFOLLOW`.
-pub(crate) fn remove_at(dir: &OwnedFd, name: &CStr, recursive: bool, depth: usize) -> io::Result<()> {
+pub(crate) fn remove_at(
+    dir: &OwnedFd,
+    name: &CStr,
+    recursive: bool,
+    depth: usize,
+) -> io::Result<()> {
     let st = lstat_at(dir.as_raw_fd(), name)?;
     if kind_of(&st) != Kind::Dir {
         // SAFETY: a valid dir fd and a NUL-terminated name.
@@ -352,7 +364,9 @@ pub(crate) fn remove_at(dir: &OwnedFd, name: &CStr, recursive: bool, depth: usiz
     }
     if recursive {
         if depth > 256 {
-            return Err(io::Error::other("directories are nested more than 256 deep"));
+            return Err(io::Error::other(
+                "directories are nested more than 256 deep",
+            ));
         }
         let sub = open_at(dir.as_raw_fd(), name, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
         loop {
@@ -378,14 +392,7 @@ pub(crate) fn remove_at(dir: &OwnedFd, name: &CStr, recursive: bool, depth: usiz
 /// at `to`, never what a symlink points to.
 pub(crate) fn rename_in(dir: &OwnedFd, from: &CStr, to: &CStr) -> io::Result<()> {
     // SAFETY: valid dir fds and NUL-terminated names.
-    check(unsafe {
-        libc::renameat(
-            dir.as_raw_fd(),
-            from.as_ptr(),
-            dir.as_raw_fd(),
-            to.as_ptr(),
-        )
-    })?;
+    check(unsafe { libc::renameat(dir.as_raw_fd(), from.as_ptr(), dir.as_raw_fd(), to.as_ptr()) })?;
     Ok(())
 }
 

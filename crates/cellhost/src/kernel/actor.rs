@@ -514,9 +514,7 @@ impl Actor {
         let err = err.finish(&self.cleaner);
         let (full_out, full_err) = (out.full.as_deref(), err.full.as_deref());
         let spill_path = match &workspace {
-            Some((host, inside)) => {
-                finish::spill_to_workspace(host, inside, n, full_out, full_err)
-            }
+            Some((host, inside)) => finish::spill_to_workspace(host, inside, n, full_out, full_err),
             None => finish::write_spill(&self.opts.spill_dir, &info, full_out, full_err),
         };
         let (displays, displays_dropped, displays_note) = self.streams.displays.finish();
