@@ -159,7 +159,7 @@ pub(crate) async fn get(
     let mut h = HeaderMap::new();
     h.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static(mime_of(&t.path)),
+        HeaderValue::from_static(cellhost::files::mime_of(&t.path)),
     );
     h.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     // Whatever a cell wrote is served inert: never sniffed, never run
@@ -278,33 +278,6 @@ fn parse_range(v: &str, size: u64) -> Range {
     }
 }
 
-/// A Content-Type from the extension.
-fn mime_of(path: &str) -> &'static str {
-    let ext = path
-        .rsplit_once('.')
-        .map(|(_, e)| e.to_ascii_lowercase())
-        .unwrap_or_default();
-    match ext.as_str() {
-        "txt" | "log" | "md" | "py" | "toml" | "yaml" | "yml" | "ini" | "cfg" => {
-            "text/plain; charset=utf-8"
-        }
-        "csv" => "text/csv; charset=utf-8",
-        "tsv" => "text/tab-separated-values; charset=utf-8",
-        "json" => "application/json",
-        "html" | "htm" => "text/html; charset=utf-8",
-        "xml" => "application/xml",
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        "svg" => "image/svg+xml",
-        "pdf" => "application/pdf",
-        "zip" => "application/zip",
-        "gz" => "application/gzip",
-        _ => "application/octet-stream",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,7 +293,10 @@ mod tests {
         assert_eq!(parse_range("bytes=0-1,5-6", 100), Range::Ignored);
         assert_eq!(parse_range("items=0-1", 100), Range::Ignored);
         assert_eq!(parse_range("bytes=9-3", 100), Range::Ignored);
-        assert_eq!(mime_of("a/chart.PNG"), "image/png");
-        assert_eq!(mime_of("noext"), "application/octet-stream");
+        assert_eq!(cellhost::files::mime_of("a/chart.PNG"), "image/png");
+        assert_eq!(
+            cellhost::files::mime_of("noext"),
+            "application/octet-stream"
+        );
     }
 }

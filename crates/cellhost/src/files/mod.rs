@@ -127,6 +127,33 @@ pub struct Written {
     pub created: bool,
 }
 
+/// A Content-Type from the extension.
+pub fn mime_of(path: &str) -> &'static str {
+    let ext = path
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "txt" | "log" | "md" | "py" | "toml" | "yaml" | "yml" | "ini" | "cfg" => {
+            "text/plain; charset=utf-8"
+        }
+        "csv" => "text/csv; charset=utf-8",
+        "tsv" => "text/tab-separated-values; charset=utf-8",
+        "json" => "application/json",
+        "html" | "htm" => "text/html; charset=utf-8",
+        "xml" => "application/xml",
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "svg" => "image/svg+xml",
+        "pdf" => "application/pdf",
+        "zip" => "application/zip",
+        "gz" => "application/gzip",
+        _ => "application/octet-stream",
+    }
+}
+
 /// Lowercase hex.
 pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
