@@ -101,11 +101,24 @@ async fn exec_cell(server: &Server, args: &ExecArgs, code: String) -> Result<u8,
         }
         r.stdout.clear();
         r.stderr.clear();
-        let text = crate::render::cell_body(&r, &[]);
+        // Images are saved the way `cellhost run` saves them.
+        let dir = args
+            .display_dir
+            .clone()
+            .unwrap_or_else(|| std::path::PathBuf::from("cellhost_displays"));
+        let shown = if r.displays.is_empty() {
+            Vec::new()
+        } else {
+            let cell = usize::try_from(r.kernel.execution_count).unwrap_or(0);
+            crate::displays::DisplaySaver::new(dir).save(cell, &r)
+        };
+        let text = crate::render::cell_body(&r, &shown);
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
-        for d in r.displays.iter().filter(|d| d.is_base64()) {
-            println!("[{} display: use --json to get its data]", d.mime);
+        for s in &shown {
+            if let crate::displays::Shown::Failed(why) = s {
+                eprintln!("cellhost: {why}");
+            }
         }
         r
     };

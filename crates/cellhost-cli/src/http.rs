@@ -1,6 +1,7 @@
 //! A small HTTP/1 client for the daemon (hyper, plain http only: the
 //! daemon listens on loopback, or behind a TLS-terminating proxy).
 
+use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response, StatusCode};
@@ -11,7 +12,15 @@ use hyper_util::rt::TokioExecutor;
 pub(crate) struct Server {
     base: String,
     token: Option<String>,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<HttpConnector, Body>,
+}
+
+/// A request body: JSON in memory, or a file streamed from disk.
+pub(crate) type Body = BoxBody<Bytes, std::io::Error>;
+
+/// A body held in memory.
+pub(crate) fn full(bytes: Bytes) -> Body {
+    Full::new(bytes).map_err(|never| match never {}).boxed()
 }
 
 /// Why a call failed, as one line for the terminal; `exit` is the code.
@@ -66,6 +75,24 @@ impl Server {
         body: Option<serde_json::Value>,
         accept: &str,
     ) -> Result<Response<Incoming>, Failure> {
+        let (body, content_type) = match body {
+            Some(v) => (full(Bytes::from(v.to_string())), Some("application/json")),
+            None => (full(Bytes::new()), None),
+        };
+        self.send_body(method, path, body, content_type, accept, None)
+            .await
+    }
+
+    /// Send any body (a file upload streams its body from disk).
+    pub(crate) async fn send_body(
+        &self,
+        method: Method,
+        path: &str,
+        body: Body,
+        content_type: Option<&str>,
+        accept: &str,
+        content_length: Option<u64>,
+    ) -> Result<Response<Incoming>, Failure> {
         let mut req = Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base))
@@ -73,13 +100,12 @@ impl Server {
         if let Some(t) = &self.token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
-        let body = match body {
-            Some(v) => {
-                req = req.header("content-type", "application/json");
-                Full::new(Bytes::from(v.to_string()))
-            }
-            None => Full::new(Bytes::new()),
-        };
+        if let Some(t) = content_type {
+            req = req.header("content-type", t);
+        }
+        if let Some(n) = content_length {
+            req = req.header("content-length", n);
+        }
         let req = req
             .body(body)
             .map_err(|e| Failure::new(2, format!("cannot build the request: {e}")))?;

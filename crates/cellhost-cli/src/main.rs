@@ -7,6 +7,7 @@
 
 mod clients;
 mod displays;
+mod files;
 mod http;
 mod mcp;
 mod render;
@@ -63,6 +64,38 @@ enum Command {
     },
     /// Show a session's recorded cells, oldest first.
     History(HistoryArgs),
+    /// Copy a file into or out of a session's workspace:
+    /// `cellhost cp ./sales.csv s1:data/sales.csv`, `cellhost cp s1:chart.png .`
+    Cp {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// A local file, or SESSION:PATH.
+        src: String,
+        /// SESSION:PATH (a trailing `/` keeps the name), or a local file or dir.
+        dst: String,
+    },
+    /// List a session's workspace (or a directory in it).
+    Ls {
+        #[command(flatten)]
+        client: ClientArgs,
+        session: String,
+        dir: Option<String>,
+        /// Every level (bounded at 10,000 entries).
+        #[arg(short, long)]
+        recursive: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove a file from a session's workspace: `cellhost rm s1:old.csv`.
+    Rm {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// SESSION:PATH
+        target: String,
+        /// A directory with everything in it.
+        #[arg(short, long)]
+        recursive: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -123,6 +156,11 @@ pub(crate) struct ExecArgs {
     /// Print the cell-result JSON instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Folder for images the cell displays, as cell<N>-<M>.png (N the
+    /// session's execution count; default ./cellhost_displays, made on
+    /// the first image).
+    #[arg(long, value_name = "DIR")]
+    pub display_dir: Option<PathBuf>,
     /// The code to run, or `-` to read it from standard input.
     pub code: String,
 }
@@ -215,6 +253,19 @@ fn main() -> ExitCode {
             Command::Reset { client, session } => clients::reset(client, session).await,
             Command::Interrupt { client, session } => clients::interrupt(client, session).await,
             Command::History(args) => clients::history(args).await,
+            Command::Cp { client, src, dst } => files::cp(client, src, dst).await,
+            Command::Ls {
+                client,
+                session,
+                dir,
+                recursive,
+                json,
+            } => files::ls(client, session, dir, recursive, json).await,
+            Command::Rm {
+                client,
+                target,
+                recursive,
+            } => files::rm(client, target, recursive).await,
         }
     });
     if mcp {

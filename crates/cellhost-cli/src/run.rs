@@ -75,13 +75,21 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         },
         None => cellhost::config::Config::default(),
     };
+    let sandbox = config
+        .sandbox
+        .sandbox(args.sandbox, cellhost::config::Profile::None);
     let opts = KernelOptions {
         python: args.python.clone(),
+        // Unsandboxed, the script runs where the user is (the manager
+        // would otherwise give it a workspace under the data dir).
+        cwd: if sandbox.is_strict() {
+            None
+        } else {
+            std::env::current_dir().ok()
+        },
         default_timeout: args.timeout,
         // `run` executes the operator's own script: no sandbox unless asked.
-        sandbox: config
-            .sandbox
-            .sandbox(args.sandbox, cellhost::config::Profile::None),
+        sandbox,
         limits: config.limits.limits(),
         packages: cellhost::packages::PackageOptions {
             policy: std::sync::Arc::new(config.packages.clone()),

@@ -78,6 +78,7 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
             allowed_hosts: host.config.server.allowed_hosts.clone(),
             bound: Some(listening.addr),
             limits: cellhost_server::HttpLimits::from_config(&host.config.server),
+            max_upload_bytes: host.config.files.max_upload_bytes(),
         },
     );
     let url = format!("http://{}", listening.addr);

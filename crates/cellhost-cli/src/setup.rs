@@ -141,6 +141,7 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
         ManagerOptions::new(&data_dir)
             .lifecycle(&config.lifecycle)
             .preload(config.kernel.preload.clone())
+            .workspace_quota(config.limits.workspace_quota())
             .kernel(opts.clone())
             .remote(&config)
             .tools(tools),

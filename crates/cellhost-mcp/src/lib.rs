@@ -18,11 +18,13 @@
 //! Modules: `server` (the handler and owners), `tools` (the tool
 //! definitions and their arguments), `render` (a cell result as text and
 //! images for a model), `progress` (output lines as notifications),
-//! `runner` (how a cell runs), `downstream` (code mode).
+//! `runner` (how a cell runs), `downstream` (code mode), `resources` (the
+//! session's workspace files as MCP resources).
 
 mod downstream;
 mod progress;
 mod render;
+mod resources;
 mod runner;
 mod server;
 mod tools;

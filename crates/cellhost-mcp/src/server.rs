@@ -16,8 +16,8 @@ use cellhost::registry::{validate_owner, KernelManager};
 use cellhost::{Cell, CellEvent};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
@@ -125,6 +125,20 @@ impl McpServer {
         };
         let _ = self.conn.used.set(owner.clone());
         Ok(owner)
+    }
+
+    /// The workspace of this session's implicit owner (its resources).
+    fn workspace(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<cellhost::files::Workspace, ErrorData> {
+        let owner = self
+            .owner(None, ctx)
+            .map_err(|e| ErrorData::invalid_request(e, None))?;
+        self.conn
+            .manager
+            .workspace(&owner)
+            .map_err(|e| ErrorData::invalid_request(e.to_string(), None))
     }
 
     async fn execute(
@@ -276,13 +290,18 @@ fn random_hex() -> String {
 
 impl ServerHandler for McpServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
-            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
-            .with_server_info(Implementation::new("cellhost", env!("CARGO_PKG_VERSION")))
-            .with_instructions(
-                "cellhost runs Python in a persistent kernel per conversation. Call \
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+        .with_server_info(Implementation::new("cellhost", env!("CARGO_PKG_VERSION")))
+        .with_instructions(
+            "cellhost runs Python in a persistent kernel per conversation. Call \
                  execute_code; state persists between calls until reset_session.",
-            )
+        )
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -304,6 +323,23 @@ impl ServerHandler for McpServer {
             &self.tools,
             &env.summary,
         )))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        crate::resources::list(&self.workspace(&ctx)?).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let ws = self.workspace(&ctx)?;
+        Ok(crate::resources::read(&ws, &request.uri).await?.into())
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

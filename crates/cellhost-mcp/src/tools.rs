@@ -21,7 +21,10 @@ Jupyter notebook). Returns what was printed (also by C code and subprocesses), t
 the last expression, the error with a short traceback, images as image content, and a plain \
 sentence whenever the kernel's state was reset or lost. A cell that runs past `timeout` is \
 interrupted (state kept) and killed only if it does not stop. Use `reset: true` to start \
-from a fresh kernel.";
+from a fresh kernel. Files live in the session's workspace, the kernel's working directory \
+(`/workspace` in the sandbox): files the user uploads appear there, files you write there \
+persist across calls and resets and can be downloaded by the user; when output is cut, its \
+full text is saved under `.cellhost/output/` there (the cut note names the file).";
 
 /// `execute_code`'s arguments.
 #[derive(Debug, Deserialize)]

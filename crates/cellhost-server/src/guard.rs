@@ -70,7 +70,12 @@ pub(crate) async fn check_origin(
 
 /// Bodies must be JSON (after auth, so a missing token is still a 401).
 pub(crate) async fn require_json(req: Request, next: Next) -> Response {
-    if matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS) {
+    // PUT (file uploads, any type) is never a "simple" request: a
+    // cross-site page cannot send it without a preflight we never answer.
+    if matches!(
+        *req.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT
+    ) {
         return next.run(req).await;
     }
     let empty = axum::body::HttpBody::size_hint(req.body()).exact() == Some(0);

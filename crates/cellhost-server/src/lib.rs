@@ -18,6 +18,7 @@ mod conn;
 mod dashboard;
 mod error;
 mod execute;
+mod files;
 mod guard;
 mod mcp;
 mod metrics;
@@ -58,6 +59,9 @@ pub struct ServerOptions {
     pub bound: Option<SocketAddr>,
     /// Connection caps and timeouts, bounds on queued cells.
     pub limits: HttpLimits,
+    /// Largest file upload in bytes (`[files] max_upload_mib`, default
+    /// 1 GiB); `None`: only the workspace quota bounds it.
+    pub max_upload_bytes: Option<u64>,
 }
 
 impl Default for ServerOptions {
@@ -69,6 +73,7 @@ impl Default for ServerOptions {
             allowed_hosts: Vec::new(),
             bound: None,
             limits: HttpLimits::default(),
+            max_upload_bytes: cellhost::config::FilesConfig::default().max_upload_bytes(),
         }
     }
 }
@@ -119,11 +124,31 @@ impl AppState {
     }
 }
 
+/// The workspace file routes (`files.rs`). Their bodies stream: the `/v1`
+/// body limit is replaced by `[files] max_upload_mib`, checked as bytes
+/// arrive.
+fn file_routes() -> Router<AppState> {
+    use axum::routing::get as read;
+    let file = || read(files::get).put(files::put).delete(files::delete);
+    let mut r = Router::new();
+    for base in [
+        "/v1/sessions/{session}/files",
+        "/v1/sessions/{session}/children/{child}/files",
+    ] {
+        r = r
+            .route(base, read(files::get))
+            .route(&format!("{base}/"), read(files::get))
+            .route(&format!("{base}/{{*path}}"), file());
+    }
+    r.layer(DefaultBodyLimit::disable())
+}
+
 /// The whole app: `/v1` API, MCP at `/mcp`, `/healthz`, `/metrics`,
 /// `/openapi.json` and the dashboard at `/`.
 pub fn router(state: AppState) -> Router {
     let limit = state.options.max_body_bytes;
     Router::new()
+        .merge(file_routes())
         .route("/v1/sessions/{session}/execute", post(api::execute))
         .route("/v1/sessions/{session}/interrupt", post(api::interrupt))
         .route("/v1/sessions/{session}", delete(api::dispose_session))

@@ -133,6 +133,32 @@ async def stdio(cellhost, data_dir):
             await run(s, "q = 'mine'")
             r = await run(s, "q", session="conv-1")
             assert "NameError" in text(r), text(r)
+            await check_resources(s)
+
+
+async def check_resources(s):
+    """The session's workspace files are resources: text and blob."""
+    import base64
+
+    await run(
+        s,
+        "import os\nos.makedirs('out', exist_ok=True)\n"
+        "open('out/notes.txt','w').write('héllo')\n"
+        "open('chart.png','wb').write(bytes(range(256)))",
+    )
+    listed = await s.list_resources()
+    uris = {str(r.uri): r for r in listed.resources}
+    assert "cellhost://workspace/out/notes.txt" in uris, uris
+    assert uris["cellhost://workspace/chart.png"].mime_type == "image/png", uris
+    r = await s.read_resource("cellhost://workspace/out/notes.txt")
+    assert r.contents[0].text == "héllo", r
+    r = await s.read_resource("cellhost://workspace/chart.png")
+    assert base64.b64decode(r.contents[0].blob) == bytes(range(256)), r
+    try:
+        await s.read_resource("cellhost://workspace/../etc/passwd")
+        raise AssertionError("a path outside the workspace was read")
+    except Exception as e:  # an MCP error, not the file
+        assert "root:" not in str(e), e
 
 
 def http_client(token):

@@ -18,6 +18,8 @@ pub struct LimitsConfig {
     /// Per-kernel cgroups for memory and processes where the host has a
     /// writable hierarchy (else rlimits); `false`: rlimits only.
     pub cgroups: bool,
+    /// Bytes a session's workspace may hold, in MiB (default 4096).
+    pub workspace_mib: u64,
 }
 
 impl Default for LimitsConfig {
@@ -31,11 +33,17 @@ impl Default for LimitsConfig {
             max_open_files: or0(d.max_open_files),
             max_file_size_mib: or0(d.max_file_size_bytes) / MIB,
             cgroups: d.cgroups,
+            workspace_mib: 4096,
         }
     }
 }
 
 impl LimitsConfig {
+    /// `workspace_mib` in bytes (`None` for 0: unlimited).
+    pub fn workspace_quota(&self) -> Option<u64> {
+        (self.workspace_mib > 0).then(|| self.workspace_mib.saturating_mul(MIB))
+    }
+
     pub fn limits(&self) -> ResourceLimits {
         let some = |v: u64| (v > 0).then_some(v);
         ResourceLimits {

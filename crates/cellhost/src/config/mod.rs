@@ -6,6 +6,7 @@
 //! module next to the concept it configures; docs/configuration.md documents every key.
 
 mod backends;
+mod files;
 mod history;
 mod lifecycle;
 mod limits;
@@ -21,6 +22,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub use backends::{BackendConfig, DockerConfig, KubectlConfig, RemoteCommon, SshConfig};
+pub use files::FilesConfig;
 pub use history::HistoryConfig;
 pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;
@@ -44,6 +46,8 @@ pub struct Config {
     pub server: ServerConfig,
     /// `[history]`: the daemon's cell history retention.
     pub history: HistoryConfig,
+    /// `[files]`: upload limits of the workspace file routes.
+    pub files: FilesConfig,
     /// The backend of requests that name none (default `"local"`).
     pub default_backend: Option<String>,
     /// `[backends.NAME]`: remote kernels over ssh, docker or kubectl.

@@ -363,7 +363,13 @@ impl Actor {
                     .ok()
                     .and_then(|mut m| m.take())
                 {
-                    self.workspace = Some(moved);
+                    if self.opts.sandbox.is_strict() {
+                        self.workspace = Some(moved);
+                    } else {
+                        // A `none` kernel's workspace is its cwd.
+                        self.opts.cwd = Some(moved.clone());
+                        self.opts.workspace_dir = Some(moved);
+                    }
                 }
                 match Process::spawn(
                     &self.opts,
@@ -498,15 +504,20 @@ impl Actor {
             [report.value, report.error, report.traceback, report.hint],
         );
         // Output that arrives from now on belongs to the next cell.
-        let (out, err) = self.fresh_captures();
+        let (mut out, mut err) = self.fresh_captures();
+        let workspace = self.spill_workspace();
+        let n = info.execution_count;
+        if let Some((_, inside)) = &workspace {
+            out.spill_hint(finish::spill_hint(inside, n, "stdout"));
+            err.spill_hint(finish::spill_hint(inside, n, "stderr"));
+        }
         let out = out.finish(&self.cleaner);
         let err = err.finish(&self.cleaner);
-        let spill_path = finish::write_spill(
-            &self.opts.spill_dir,
-            &info,
-            out.full.as_deref(),
-            err.full.as_deref(),
-        );
+        let (full_out, full_err) = (out.full.as_deref(), err.full.as_deref());
+        let spill_path = match &workspace {
+            Some((host, inside)) => finish::spill_to_workspace(host, inside, n, full_out, full_err),
+            None => finish::write_spill(&self.opts.spill_dir, &info, full_out, full_err),
+        };
         let (displays, displays_dropped, displays_note) = self.streams.displays.finish();
         CellResult {
             status: report.status,
@@ -527,6 +538,20 @@ impl Actor {
             tool_calls_made: 0,
             duration_seconds: started.elapsed().as_secs_f64(),
             kernel: info,
+        }
+    }
+}
+
+impl Actor {
+    /// Where cut output goes: the workspace on the host and where the
+    /// kernel sees it (`/workspace` when strict).
+    fn spill_workspace(&self) -> Option<(PathBuf, PathBuf)> {
+        if self.opts.sandbox.is_strict() {
+            let host = self.workspace.clone()?;
+            Some((host, PathBuf::from(crate::sandbox::WORKSPACE_IN_SANDBOX)))
+        } else {
+            let host = self.opts.workspace_dir.clone()?;
+            Some((host.clone(), host))
         }
     }
 }

@@ -92,6 +92,11 @@ pub struct KernelOptions {
     /// preload`; the manager sets it for pooled kernels). A missing one is
     /// skipped with a log line.
     pub preload: Vec<String>,
+    /// The session's workspace of a `none` kernel (the manager makes it
+    /// the kernel's cwd): cut output is spilled into its
+    /// `.cellhost/output`. Strict kernels spill into their sandbox
+    /// workspace; with neither, into `spill_dir`.
+    pub workspace_dir: Option<PathBuf>,
 }
 
 /// `$XDG_RUNTIME_DIR/cellhost`, or `<tmp>/cellhost-<uid>`.
@@ -123,6 +128,7 @@ impl Default for KernelOptions {
             max_tool_payload: crate::tools::DEFAULT_MAX_PAYLOAD,
             packages: crate::packages::PackageOptions::default(),
             preload: Vec::new(),
+            workspace_dir: None,
         }
     }
 }

@@ -38,6 +38,9 @@ pub struct Capture {
     spill: Spill,
     /// Streams cleaned text while the cell runs (only when asked).
     tap: Option<super::LineTap>,
+    /// Where the cut marker says the full text is (default
+    /// `truncated.spill_path`).
+    spill_hint: Option<String>,
 }
 
 /// The result of [`Capture::finish`].
@@ -90,7 +93,14 @@ impl Capture {
                 failed: None,
             },
             tap: None,
+            spill_hint: None,
         }
+    }
+
+    /// Name where the full text will be in the cut marker (a path the
+    /// next cell can open, a route to download it).
+    pub fn spill_hint(&mut self, hint: String) {
+        self.spill_hint = Some(hint);
     }
 
     /// Also stream what is pushed from now on, cleaned, through `tap`.
@@ -193,8 +203,9 @@ impl Capture {
         let cut = total_bytes - head.len() as u64 - tail.len() as u64;
         let marker = match &full {
             Ok(Some(_)) => format!(
-                "\n[... {} bytes cut: output too long; the full text is in truncated.spill_path ...]\n",
-                group_digits(cut)
+                "\n[... {} bytes cut: output too long; the full text is in {} ...]\n",
+                group_digits(cut),
+                self.spill_hint.as_deref().unwrap_or("truncated.spill_path")
             ),
             Ok(None) => format!("\n[... {} bytes cut: output too long ...]\n", group_digits(cut)),
             Err(reason) => format!(

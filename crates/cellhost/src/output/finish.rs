@@ -66,3 +66,46 @@ pub(crate) fn write_spill(
     };
     write().ok().map(|()| path.display().to_string())
 }
+
+/// The spill file of `stream` of cell `n` in a workspace.
+fn spill_name(n: u64, stream: &str) -> String {
+    format!("cell-{n}.{stream}.txt")
+}
+
+/// What the cut marker says when the full text goes to the workspace:
+/// the path the next cell opens and the route a client downloads.
+pub(crate) fn spill_hint(in_kernel: &Path, n: u64, stream: &str) -> String {
+    let rel = format!("{}/{}", crate::files::spill::DIR, spill_name(n, stream));
+    format!(
+        "{} (open it in the next cell; download: GET /v1/sessions/SESSION/files/{rel})",
+        in_kernel.join(&rel).display()
+    )
+}
+
+/// Write the full text of cut streams into the workspace at `host`
+/// (`.cellhost/output/cell-<n>.<stream>.txt`, one file per stream).
+/// Returns the in-kernel path of the first one written (stdout's when
+/// both were cut), or `None` when nothing was cut or the write failed
+/// (a cell that planted a symlink at `.cellhost` loses its spill).
+pub(crate) fn spill_to_workspace(
+    host: &Path,
+    in_kernel: &Path,
+    n: u64,
+    out: Option<&str>,
+    err: Option<&str>,
+) -> Option<String> {
+    let mut first = None;
+    for (stream, text) in [("stdout", out), ("stderr", err)] {
+        let Some(text) = text else { continue };
+        match crate::files::spill::write(host, &spill_name(n, stream), text) {
+            Ok(rel) => {
+                first.get_or_insert_with(|| in_kernel.join(rel).display().to_string());
+            }
+            Err(e) => eprintln!(
+                "cellhost: the full {stream} of cell {n} could not be kept in the workspace {}: {e}",
+                host.display()
+            ),
+        }
+    }
+    first
+}

@@ -29,6 +29,25 @@ impl KernelManager {
         Ok(n)
     }
 
+    /// The workspace of `owner` (a session, or a delegated child
+    /// `"{parent}::child::{id}"`): read and write its files, before its
+    /// first cell (a write creates it) or while its kernel is busy. A
+    /// child's workspace is its own: the parent's handle never sees it.
+    ///
+    /// # Errors
+    /// [`ManagerError::Owner`] for an invalid owner.
+    pub fn workspace(&self, owner: &str) -> Result<crate::files::Workspace, super::ManagerError> {
+        super::key::validate_owner(owner)?;
+        let opts = &self.shared.opts;
+        let dir = workspace::of_owner(&opts.workspace_root(), owner);
+        Ok(crate::files::Workspace::new(
+            dir.clone(),
+            opts.workspace_in_kernel(&dir),
+            opts.workspace_quota,
+            opts.prepare_workspace(),
+        ))
+    }
+
     /// The workspaces of `owner` and its children (after its kernels died).
     fn remove_workspaces(&self, owner: &str) {
         let root = self.shared.opts.workspace_root();

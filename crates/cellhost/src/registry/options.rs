@@ -40,6 +40,9 @@ pub struct ManagerOptions {
     /// `[kernel] preload`: modules pooled kernels import before they are
     /// handed out.
     pub preload: Vec<String>,
+    /// Bytes a session's workspace may hold (`[limits] workspace_mib`,
+    /// default 4096 MiB); `None`: unlimited. Uploads respect it.
+    pub workspace_quota: Option<u64>,
 }
 
 impl ManagerOptions {
@@ -57,7 +60,14 @@ impl ManagerOptions {
             default_backend: None,
             tools: ToolSet::new(),
             preload: Vec::new(),
+            workspace_quota: crate::config::LimitsConfig::default().workspace_quota(),
         }
+    }
+
+    /// The workspace quota in bytes (`None`: unlimited).
+    pub fn workspace_quota(mut self, bytes: Option<u64>) -> Self {
+        self.workspace_quota = bytes;
+        self
     }
 
     /// Apply `[backends.*]` and `default_backend`.
@@ -151,10 +161,12 @@ impl ManagerOptions {
         }
     }
 
-    /// The template with its sandbox workspace set to `dir` (when the
-    /// manager assigns workspaces; otherwise the template as is), and, on
-    /// a root host with a uid range, the workspace's own uid (allocated
-    /// and the dir created on first use; see `uids.rs`). `seed`: the owner.
+    /// The template with its workspace set to `dir` when the manager
+    /// assigns workspaces: a strict template naming none mounts `dir`
+    /// and, on a root host with a uid range, runs as the workspace's own
+    /// uid (allocated and the dir created on first use; see `uids.rs`;
+    /// `seed`: the owner); a `none` template without a cwd runs in `dir`
+    /// (made here). Otherwise the template as is.
     pub(super) fn kernel_with_workspace(
         &self,
         dir: impl FnOnce() -> PathBuf,
@@ -166,17 +178,79 @@ impl ManagerOptions {
         }
         if let Some(strict) = self.managed_strict() {
             let dir = dir();
-            let mut strict = strict.clone();
-            if let Some(range) = strict.uid_range {
-                if nix::unistd::geteuid().is_root() {
-                    let uid =
-                        super::uids::ensure(&self.workspace_root(), &dir, range, strict.uid, seed)?;
-                    strict = strict.user(uid, uid);
-                }
-            }
+            let strict = self.strict_for(strict, &dir, seed)?;
             opts.sandbox = Sandbox::Strict(strict.workspace(dir));
+        } else if self.managed_plain() {
+            let dir = dir();
+            if (self.prepare_workspace())(&dir).is_ok() {
+                opts.cwd = Some(dir.clone());
+                opts.workspace_dir = Some(dir);
+            }
         }
         Ok(opts)
+    }
+
+    /// `strict` running as the uid of the workspace `dir` (allocated on
+    /// first use) when the host is root and a uid range is set.
+    fn strict_for(
+        &self,
+        strict: &StrictSandbox,
+        dir: &Path,
+        seed: &str,
+    ) -> Result<StrictSandbox, SandboxError> {
+        let mut strict = strict.clone();
+        if let Some(range) = strict.uid_range {
+            if nix::unistd::geteuid().is_root() {
+                let uid = super::uids::ensure(&self.workspace_root(), dir, range, strict.uid, seed)?;
+                strict = strict.user(uid, uid);
+            }
+        }
+        Ok(strict)
+    }
+
+    /// A `none` template without a cwd: the manager gives each owner a
+    /// workspace as its cwd.
+    fn managed_plain(&self) -> bool {
+        matches!(self.kernel.sandbox, Sandbox::None) && self.kernel.cwd.is_none()
+    }
+
+    /// How a missing workspace is made: the owner's home 0700, the
+    /// workspace 0700 owned by the strict kernel's uid (the host user
+    /// under `none`).
+    pub(crate) fn prepare_workspace(&self) -> crate::files::Prepare {
+        let strict = self.managed_strict().cloned();
+        let this = self.clone();
+        std::sync::Arc::new(move |dir: &Path| {
+            use std::os::unix::fs::DirBuilderExt;
+            if let Some(parent) = dir.parent() {
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(parent)?;
+            }
+            match &strict {
+                // Under a uid range the workspace's uid is allocated
+                // here, as a kernel's spawn would, so files uploaded
+                // before the first cell belong to the session's uid.
+                Some(strict) => this
+                    .strict_for(strict, dir, &dir.to_string_lossy())
+                    .and_then(|strict| crate::sandbox::launch::ensure_workspace(dir, &strict))
+                    .map_err(|e| std::io::Error::other(e.to_string())),
+                None => match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                    other => other,
+                },
+            }
+        })
+    }
+
+    /// Where `dir` appears inside the owner's kernels.
+    pub(crate) fn workspace_in_kernel(&self, dir: &Path) -> PathBuf {
+        if self.kernel.sandbox.is_strict() {
+            PathBuf::from(crate::sandbox::WORKSPACE_IN_SANDBOX)
+        } else {
+            dir.to_path_buf()
+        }
     }
 }
 
