@@ -284,6 +284,17 @@ pub enum KernelError {
     Closed,
 }
 
+impl KernelError {
+    /// The remote backend a failed start was on (its message names the
+    /// transport's failure and what to check), `None` for a local kernel.
+    pub fn remote_backend(&self) -> Option<&str> {
+        match self {
+            KernelError::Spawn(SpawnError::Remote { backend, .. }) => Some(backend),
+            _ => None,
+        }
+    }
+}
+
 pub(crate) enum Request {
     Execute(Cell, oneshot::Sender<Result<CellResult, KernelError>>),
 }

@@ -120,9 +120,10 @@ struct Actor {
     o: RemoteKernelOptions,
     live: Option<Live>,
     vacancy: Vacancy,
-    /// A runner given up on (transport failure): killed best effort
-    /// before the next start.
-    stale: Option<(String, Option<u32>)>,
+    /// Runners (or shipped dirs) given up on after a transport failure:
+    /// killed before the next start and at teardown, and kept here until
+    /// a kill has gone through (an outage may outlast several cells).
+    stale: Vec<(String, Option<u32>)>,
     seq: u64,
     first: bool,
     observed: Arc<Observed>,
@@ -142,7 +143,7 @@ pub(crate) async fn spawn(o: RemoteKernelOptions) -> Result<Kernel, SpawnError> 
         o,
         live: None,
         vacancy: Vacancy::Said(String::new()),
-        stale: None,
+        stale: Vec::new(),
         seq: 0,
         first: true,
         observed: observed.clone(),
@@ -152,7 +153,7 @@ pub(crate) async fn spawn(o: RemoteKernelOptions) -> Result<Kernel, SpawnError> 
         Ok(Started::Live(live)) => actor.adopt(live),
         Ok(Started::SpawnFailed { dir, why }) => {
             // Fail open: the dir is reused by the one-shot of the first cell.
-            actor.stale = Some((dir, None));
+            actor.stale.push((dir, None));
             actor.vacancy = Vacancy::Said(format!(
                 "the remote runner could not start earlier ({why})."
             ));
@@ -185,13 +186,21 @@ impl Actor {
             .map_err(|e| e.to_string())
     }
 
+    /// Kill the runners given up on; when the transport still fails they
+    /// all stay for the next try.
+    async fn reap_stale(&mut self) {
+        while let Some((dir, pid)) = self.stale.last().cloned() {
+            let s = script::kill(&dir, pid, self.o.kernel.teardown_grace);
+            if self.quick(&s).await.is_err() {
+                return;
+            }
+            self.stale.pop();
+        }
+    }
+
     /// Ship the files and start the runner (one exec).
     async fn start(&mut self) -> Result<Started, SpawnError> {
-        if let Some((dir, pid)) = self.stale.take() {
-            let _ = self
-                .quick(&script::kill(&dir, pid, self.o.kernel.teardown_grace))
-                .await;
-        }
+        self.reap_stale().await;
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let token = random_hex(32);
         let mut args = vec![
@@ -288,7 +297,7 @@ impl Actor {
         if let Some(live) = self.live.take() {
             let s = script::kill(&live.dir, Some(live.pid), self.o.kernel.teardown_grace);
             if self.quick(&s).await.is_err() {
-                self.stale = Some((live.dir, Some(live.pid)));
+                self.stale.push((live.dir, Some(live.pid)));
             }
         }
         self.vacancy = why;
@@ -300,11 +309,7 @@ impl Actor {
 
     async fn teardown(&mut self) {
         self.vacate(Vacancy::Said(String::new())).await;
-        if let Some((dir, pid)) = self.stale.take() {
-            let _ = self
-                .quick(&script::kill(&dir, pid, self.o.kernel.teardown_grace))
-                .await;
-        }
+        self.reap_stale().await;
         if self.o.owns_transport {
             self.o.transport.shutdown().await;
         }
@@ -488,8 +493,7 @@ impl Actor {
         let mut r = finisher.finish(
             report,
             info,
-            &blob.stdout,
-            &blob.stderr,
+            &blob,
             &mut displays,
             started.elapsed().as_secs_f64(),
         );
@@ -537,7 +541,7 @@ impl Actor {
         started: Instant,
     ) -> CellResult {
         if let Some(live) = self.live.take() {
-            self.stale = Some((live.dir, Some(live.pid)));
+            self.stale.push((live.dir, Some(live.pid)));
         }
         self.observed.pid.store(0, Ordering::Relaxed);
         self.vacancy = Vacancy::Said(
@@ -566,8 +570,7 @@ impl Actor {
         .finish(
             report,
             info,
-            b"",
-            b"",
+            &Blob::default(),
             &mut displays,
             started.elapsed().as_secs_f64(),
         )

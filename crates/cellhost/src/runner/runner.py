@@ -376,9 +376,23 @@ def _describe_error(etype, evalue, tb):
     import traceback
 
     _sync_linecache()
-    # User frames only: drop the runner's own frames from the top.
+    # User frames only: drop the runner's own frames from the top (the
+    # cell's exec) and from the bottom (the SIGINT handler that raised a
+    # timeout's or interrupt's KeyboardInterrupt, the frame writer that
+    # deferred it, a runner helper a cell called).
     while tb is not None and tb.tb_frame.f_code.co_filename == _runner_file:
         tb = tb.tb_next
+    last_user = None
+    t = tb
+    while t is not None:
+        if t.tb_frame.f_code.co_filename != _runner_file:
+            last_user = t
+        t = t.tb_next
+    if last_user is not None and last_user.tb_next is not None:
+        try:
+            last_user.tb_next = None
+        except (AttributeError, TypeError):
+            pass
     try:
         lines = traceback.format_exception(etype, evalue, tb)
         last = traceback.format_exception_only(etype, evalue)[-1].strip()

@@ -4,6 +4,7 @@
 pub mod display;
 pub mod registry;
 pub mod remote;
+pub mod sshd;
 pub mod tools;
 
 use std::time::{Duration, Instant};
