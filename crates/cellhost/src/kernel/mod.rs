@@ -7,7 +7,7 @@
 //! The process side lives in `process.rs` (spawn, teardown), waiting for a
 //! cell in `wait.rs`, what results say about state in `report.rs`, rich
 //! outputs in `display.rs`, the control frames in `frame.rs`, Unix plumbing
-//! in `unix.rs`, and the Python runner in `src/runner/` (`runner.py`, and
+//! in `crate::sys`, and the Python runner in `src/runner/` (`runner.py`, and
 //! `display.py` for rich outputs).
 
 mod actor;
@@ -18,7 +18,6 @@ mod process;
 pub mod record;
 mod report;
 mod stream;
-mod unix;
 mod wait;
 
 use std::collections::BTreeSet;
@@ -40,9 +39,11 @@ pub(crate) use process::max_display_bytes;
 pub(crate) use display::Displays;
 pub use display::{CellEvent, DisplayLimits};
 pub use frame::FrameError;
-pub(crate) use process::{private_dir, random_hex, Exit, DISPLAY_SOURCE, RUNNER_SOURCE};
+pub(crate) use process::{Exit, DISPLAY_SOURCE, RUNNER_SOURCE};
+// Old paths of the helpers now in `crate::sys`.
+pub(crate) use crate::sys::random_hex;
+pub use crate::sys::{pid_alive, process_group, process_start_time, rss_bytes};
 pub(crate) use report::{report as describe_outcome, Report, Vacancy as LocalVacancy};
-pub use unix::{pid_alive, process_group, process_start_time, rss_bytes};
 pub(crate) use wait::{Outcome, Stop};
 
 /// How to start kernels. `Default` gives a local kernel on `python3` from

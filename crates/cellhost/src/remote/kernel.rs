@@ -30,11 +30,11 @@ use crate::config::RemoteCommon;
 use crate::kernel::frame::Frame;
 use crate::kernel::Kernel;
 use crate::kernel::{
-    describe_outcome, random_hex, Cell, Control, Displays, KernelError, KernelOptions,
-    LocalVacancy, Observed, Outcome, Report, Request, SpawnError, Stop, DISPLAY_SOURCE,
-    RUNNER_SOURCE,
+    describe_outcome, Cell, Control, Displays, KernelError, KernelOptions, LocalVacancy, Observed,
+    Outcome, Report, Request, SpawnError, Stop, DISPLAY_SOURCE, RUNNER_SOURCE,
 };
 use crate::output::Cleaner;
+use crate::sys::random_hex;
 use crate::tools::{Authority, DEFAULT_MAX_TOOL_CALLS};
 
 /// Retires a cell's tool authority however the cell ends.

@@ -9,8 +9,9 @@ use std::path::Path;
 use cellhost_protocol::{CellResult, KernelInfo, Truncated};
 
 use crate::kernel::frame::{Frame, FrameReader};
-use crate::kernel::{private_dir, Displays, Report};
+use crate::kernel::{Displays, Report};
 use crate::output::{finish, Capture, Cleaner, OutputLimits};
+use crate::sys::private_dir;
 
 /// A parsed result blob.
 #[derive(Debug, Default)]

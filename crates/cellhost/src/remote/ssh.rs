@@ -85,7 +85,7 @@ impl SshTransport {
             ssh.display(),
             options.join("\0"),
             std::process::id(),
-            crate::kernel::random_hex(8)
+            crate::sys::random_hex(8)
         ));
         SshTransport {
             ssh,

@@ -12,7 +12,8 @@ use super::super::result::{parse, Blob, Finisher};
 use super::super::script;
 use super::super::transport::ExecOutput;
 use super::{Actor, Waited, MAX_STREAM, QUICK};
-use crate::kernel::{random_hex, Control, Displays, Exit, Outcome, Stop};
+use crate::kernel::{Control, Displays, Exit, Outcome, Stop};
+use crate::sys::random_hex;
 use crate::tools::request::{self, Admitted, Running};
 use crate::tools::Authority;
 
