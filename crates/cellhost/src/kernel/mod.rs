@@ -43,7 +43,7 @@ pub(crate) use process::{Exit, DISPLAY_SOURCE, RUNNER_SOURCE};
 // Old paths of the helpers now in `crate::sys`.
 pub(crate) use crate::sys::random_hex;
 pub use crate::sys::{pid_alive, process_group, process_start_time, rss_bytes};
-pub(crate) use report::{report as describe_outcome, Report, Vacancy as LocalVacancy};
+pub(crate) use report::{report as describe_outcome, Report, Vacancy};
 pub(crate) use wait::{Outcome, Stop};
 
 /// How to start kernels. `Default` gives a local kernel on `python3` from

@@ -29,9 +29,10 @@ use super::transport::{ExecOutput, Transport};
 use crate::config::RemoteCommon;
 use crate::kernel::frame::Frame;
 use crate::kernel::Kernel;
+use crate::kernel::Vacancy;
 use crate::kernel::{
-    describe_outcome, Cell, Control, Displays, KernelError, KernelOptions, LocalVacancy, Observed,
-    Outcome, Report, Request, SpawnError, Stop, DISPLAY_SOURCE, RUNNER_SOURCE,
+    describe_outcome, Cell, Control, Displays, KernelError, KernelOptions, Observed, Outcome,
+    Report, Request, SpawnError, Stop, DISPLAY_SOURCE, RUNNER_SOURCE,
 };
 use crate::output::Cleaner;
 use crate::sys::random_hex;
@@ -80,15 +81,6 @@ struct Live {
     token: String,
     /// The runner has its `tools` module.
     tools_sent: bool,
-}
-
-/// Why no runner is live, and what the next cell must be told.
-enum Vacancy {
-    /// Already told (or nothing to tell, when empty).
-    Said(String),
-    /// Found gone: the next cell reports the loss.
-    Lost(String),
-    Reset,
 }
 
 /// How waiting for a cell ended.
@@ -142,7 +134,7 @@ pub(crate) async fn spawn(o: RemoteKernelOptions) -> Result<Kernel, SpawnError> 
     let mut actor = Actor {
         o,
         live: None,
-        vacancy: Vacancy::Said(String::new()),
+        vacancy: Vacancy::Reported(String::new()),
         stale: Vec::new(),
         seq: 0,
         first: true,
@@ -154,7 +146,7 @@ pub(crate) async fn spawn(o: RemoteKernelOptions) -> Result<Kernel, SpawnError> 
         Ok(Started::SpawnFailed { dir, why }) => {
             // Fail open: the dir is reused by the one-shot of the first cell.
             actor.stale.push((dir, None));
-            actor.vacancy = Vacancy::Said(format!(
+            actor.vacancy = Vacancy::Reported(format!(
                 "the remote runner could not start earlier ({why})."
             ));
         }
@@ -308,7 +300,7 @@ impl Actor {
     }
 
     async fn teardown(&mut self) {
-        self.vacate(Vacancy::Said(String::new())).await;
+        self.vacate(Vacancy::Reported(String::new())).await;
         self.reap_stale().await;
         if self.o.owns_transport {
             self.o.transport.shutdown().await;
@@ -350,26 +342,6 @@ impl Actor {
         }
     }
 
-    fn describe_fresh(&self, info: &mut KernelInfo) {
-        info.reused = false;
-        match &self.vacancy {
-            Vacancy::Reset => {
-                info.state_reset = true;
-                info.note = Some("The kernel was reset as asked: earlier state was discarded and this cell ran in a fresh kernel.".into());
-            }
-            Vacancy::Lost(why) => {
-                info.state_lost = true;
-                info.note = Some(format!(
-                    "The previous remote kernel {why}, so its state was lost; this cell ran in a fresh kernel."
-                ));
-            }
-            Vacancy::Said(why) if !why.is_empty() => {
-                info.note = Some(format!("This cell ran in a fresh kernel: {why}"));
-            }
-            Vacancy::Said(_) => {}
-        }
-    }
-
     async fn execute(
         &mut self,
         mut cell: Cell,
@@ -400,7 +372,7 @@ impl Actor {
         let mut retried = false;
         let (outcome, stop, blob) = loop {
             if self.live.is_none() {
-                self.describe_fresh(&mut info);
+                self.vacancy.describe_fresh(&mut info);
                 match self.start().await {
                     Ok(Started::Live(live)) => self.adopt(live),
                     Ok(Started::SpawnFailed { dir, why }) => {
@@ -415,7 +387,7 @@ impl Actor {
                                 started,
                             )
                             .await;
-                        self.vacancy = Vacancy::Said(format!(
+                        self.vacancy = Vacancy::Reported(format!(
                             "the remote runner could not start earlier ({why})."
                         ));
                         return (Ok(r), None);
@@ -450,7 +422,7 @@ impl Actor {
             {
                 Waited::NotDelivered(why) if !retried => {
                     retried = true;
-                    self.vacate(Vacancy::Lost(why)).await;
+                    self.vacate(Vacancy::RemoteGone(why)).await;
                 }
                 Waited::NotDelivered(why) => {
                     break (
@@ -482,8 +454,8 @@ impl Actor {
             _ => None,
         };
         let (report, vacancy) = report;
-        if let Some(LocalVacancy::Reported(why)) = vacancy {
-            self.vacate(Vacancy::Said(why)).await;
+        if let Some(Vacancy::Reported(why)) = vacancy {
+            self.vacate(Vacancy::Reported(why)).await;
         }
         let finisher = Finisher {
             output: &self.o.kernel.output,
@@ -509,7 +481,7 @@ impl Actor {
         tail: &str,
         blob: &Blob,
         displays: &mut Displays,
-    ) -> (Report, Option<LocalVacancy>) {
+    ) -> (Report, Option<Vacancy>) {
         for d in &blob.displays {
             displays.accept(d.clone());
         }
@@ -544,7 +516,7 @@ impl Actor {
             self.stale.push((live.dir, Some(live.pid)));
         }
         self.observed.pid.store(0, Ordering::Relaxed);
-        self.vacancy = Vacancy::Said(
+        self.vacancy = Vacancy::Reported(
             "the connection to the previous remote kernel failed during a cell.".into(),
         );
         info.state_lost = true;
