@@ -74,7 +74,11 @@ pub(crate) struct Running<'a> {
 /// Parse `body` (JSON `{"token", "tool", "args"}`), check `token` and
 /// start the call under the running cell's authority, or say why not.
 pub(crate) fn admit(body: &[u8], token: &str, running: Running<'_>) -> Result<Admitted, Refused> {
-    let req = parse(body, token)?;
+    admit_parsed(parse(body, token)?, running)
+}
+
+/// [`admit`] of a request already [`parse`]d (and its token checked).
+pub(crate) fn admit_parsed(req: Request, running: Running<'_>) -> Result<Admitted, Refused> {
     let args = arguments(&req)?;
     let authority = match (running.authority, running.cell) {
         (Some(a), None) => Some(a),
@@ -94,7 +98,8 @@ pub(crate) fn admit(body: &[u8], token: &str, running: Running<'_>) -> Result<Ad
 }
 
 /// Parse a request and check its token: the first step of [`admit`], for
-/// a caller that answers some requests itself before any authority.
+/// a caller that answers some requests itself (a reserved host request)
+/// before handing the rest to [`admit_parsed`].
 pub(crate) fn parse(body: &[u8], token: &str) -> Result<Request, Refused> {
     let req: Request = serde_json::from_slice(body).map_err(|e| {
         Refused::say(format!(
