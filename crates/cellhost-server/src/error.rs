@@ -90,6 +90,14 @@ impl From<cellhost::registry::ManagerError> for ApiError {
                 "shutting_down",
                 "the server is shutting down; retry against a new one",
             ),
+            // A remote start failure already says what failed on the
+            // backend and what to check; a local one is about Python or
+            // the sandbox.
+            ManagerError::Kernel(e) if e.remote_backend().is_some() => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "kernel_unavailable",
+                e.to_string(),
+            ),
             ManagerError::Kernel(e) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "kernel_unavailable",

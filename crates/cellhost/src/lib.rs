@@ -26,10 +26,12 @@ pub mod interpreter;
 pub mod kernel;
 pub mod output;
 pub mod packages;
+pub mod owner;
 pub mod percent;
 pub mod registry;
 pub mod remote;
 pub mod sandbox;
+pub mod sys;
 pub mod tools;
 
 pub use cellhost_protocol::{

@@ -128,3 +128,39 @@ async fn a_cell_flooding_its_output_still_times_out() {
     assert!(r.truncated.stdout);
     assert!(!r.kernel.state_lost, "{r:?}");
 }
+
+/// A traceback holds the cell's frames and the exception, never the
+/// runner's SIGINT handler that raised it.
+fn assert_user_frames_only(tb: &str) {
+    assert!(tb.contains("<cell-") && tb.contains("in wait"), "{tb}");
+    assert!(
+        !tb.contains("runner.py") && !tb.contains("_on_sigint"),
+        "runner frames in the traceback:\n{tb}"
+    );
+    assert!(tb.trim_end().ends_with("KeyboardInterrupt"), "{tb}");
+}
+
+const WAITING: &str =
+    "import time\ndef wait():\n    for i in range(300):\n        time.sleep(0.1)\nwait()";
+
+#[tokio::test]
+async fn a_timed_out_cells_traceback_shows_only_user_frames() {
+    let k = kernel().await;
+    let r = k
+        .run_cell(Cell::new(WAITING).timeout(Duration::from_millis(300)))
+        .await;
+    assert_eq!(r.status, Status::Timeout);
+    assert_user_frames_only(r.traceback.as_deref().unwrap());
+}
+
+#[tokio::test]
+async fn an_interrupted_cells_traceback_shows_only_user_frames() {
+    let k = kernel().await;
+    let kernel = k.kernel.clone();
+    let running = tokio::spawn(async move { kernel.execute(Cell::new(WAITING)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(k.kernel.interrupt().await.unwrap());
+    let r = running.await.unwrap().unwrap();
+    assert_eq!(r.status, Status::Interrupted);
+    assert_user_frames_only(r.traceback.as_deref().unwrap());
+}

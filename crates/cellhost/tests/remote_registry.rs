@@ -67,6 +67,30 @@ async fn remote_cells_call_tools_under_their_own_allow_list_and_budget() {
 }
 
 #[tokio::test]
+async fn a_thread_left_by_a_finished_remote_cell_is_refused_not_served_by_the_next_cell() {
+    let log = common::tools::Log::default();
+    let m = remote_manager("box", ssh(), |o| o.tools(common::tools::toolset(&log))).await;
+    let spec = KernelSpec::default().tools(["echo"]);
+    // The thread calls a tool half a second after its cell settled.
+    let code = "import threading, time, tools\nout = []\ndef later():\n    time.sleep(0.5)\n    try:\n        out.append(repr(tools.echo(text='late')))\n    except tools.ToolError as e:\n        out.append(str(e))\nthreading.Thread(target=later, daemon=True).start()";
+    let r = run_spec(&m.manager, "s", &spec, Cell::new(code)).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let code = "import time\nfor _ in range(100):\n    if out: break\n    time.sleep(0.05)\nout";
+    let r = run_spec(&m.manager, "s", &spec, Cell::new(code)).await;
+    assert!(
+        r.value
+            .as_deref()
+            .unwrap()
+            .contains("refused: no cell is running in this kernel"),
+        "{r:?}"
+    );
+    assert_eq!(r.tool_calls_made, 0, "not counted by the next cell");
+    assert_eq!(log.count("echo"), 0, "the late call never reached the tool");
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
 async fn children_get_their_own_kernels_and_disposal_reaps_only_that_owner() {
     let m = remote_manager("box", ssh(), |o| o).await;
     let child = child_owner("p", "c1").unwrap();

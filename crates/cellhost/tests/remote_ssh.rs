@@ -85,6 +85,27 @@ async fn a_cell_timeout_interrupts_and_keeps_state() {
 }
 
 #[tokio::test]
+async fn a_timed_out_remote_cells_traceback_shows_only_user_frames() {
+    let m = remote_manager("box", ssh(), |o| o).await;
+    let code =
+        "import time\ndef wait():\n    for i in range(100):\n        time.sleep(0.05)\nwait()";
+    let r = m
+        .manager
+        .execute("s", Cell::new(code).timeout(SHORT))
+        .await
+        .unwrap();
+    assert_eq!(r.status, Status::Timeout, "{r:?}");
+    let tb = r.traceback.unwrap();
+    assert!(tb.contains("<cell-1>") && tb.contains("in wait"), "{tb}");
+    assert!(
+        !tb.contains("runner.py") && !tb.contains("_on_sigint") && !tb.contains("cellhost-k."),
+        "runner frames or the kernel dir in the traceback:\n{tb}"
+    );
+    assert!(tb.trim_end().ends_with("KeyboardInterrupt"), "{tb}");
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_cell_that_ignores_the_interrupt_is_killed_and_the_loss_reported() {
     let m = remote_manager("box", ssh(), |o| {
         let k = o.kernel.clone().interrupt_grace(Duration::from_millis(300));
@@ -296,6 +317,25 @@ async fn remote_output_goes_through_the_same_pipeline() {
     assert!(r.kernel.ended);
     let r = m.run("s", "1").await;
     assert!(!r.kernel.reused);
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_remote_flood_counts_the_bytes_the_remote_side_cut_too() {
+    let m = remote_manager("box", ssh(), |o| o).await;
+    let r = m
+        .run(
+            "s",
+            "import sys\nsys.stdout.buffer.write(b'x' * 12_000_011)\nsys.stdout.flush()",
+        )
+        .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    assert!(r.truncated.stdout);
+    let marker = r.stdout.lines().find(|l| l.starts_with("[...")).unwrap();
+    assert!(
+        marker.starts_with("[... 11,950,011 bytes cut"),
+        "12,000,011 written, 50,000 kept: {marker}"
+    );
     m.manager.shutdown().await;
 }
 

@@ -88,15 +88,7 @@ impl DeathGuard {
 
     fn new(pgid: u32) -> std::io::Result<DeathGuard> {
         let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-        let mut cmd = tokio::process::Command::new("/bin/sh");
-        cmd.args(["-c", "read -r _; kill -KILL \"-$0\"", &pgid.to_string()])
-            .env_clear()
-            .stdin(Stdio::from(read))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true);
-        let watcher = cmd.spawn()?;
+        let watcher = cellhost::sys::watch_group(pgid, read)?;
         Ok(DeathGuard {
             watcher: Some(watcher),
             _write: Some(write),

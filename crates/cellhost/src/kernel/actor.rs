@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 
 use super::display::Displays;
 use super::frame::Frame;
-use super::process::{private_dir, Exit, Process, Rpc};
+use super::process::{Exit, Process, Rpc};
 use super::record::KernelRecord;
 use super::report::{self, Report, Vacancy};
 use super::wait::{drain, pump, take_frames, wait_for_cell, Frames, Outcome, Streams};
@@ -28,6 +28,7 @@ use super::{Cell, Control, KernelError, KernelOptions, Observed, Request, SpawnE
 use crate::interpreter::Interpreter;
 use crate::output::{finish, Capture, Cleaner};
 use crate::sandbox::{launch::ensure_workspace, Sandbox};
+use crate::sys::private_dir;
 use crate::tools::{self, Authority, DEFAULT_MAX_TOOL_CALLS};
 
 /// Bytes read from a pipe at a time.
@@ -80,7 +81,7 @@ impl Actor {
                     Some(dir) => (dir.clone(), false),
                     None => (
                         opts.staging_root
-                            .join(format!("ws-{}", super::process::random_hex(6))),
+                            .join(format!("ws-{}", crate::sys::random_hex(6))),
                         true,
                     ),
                 };
@@ -95,7 +96,7 @@ impl Actor {
             }
         };
         let rpc = Rpc {
-            token: super::process::random_hex(16).into(),
+            token: crate::sys::random_hex(16).into(),
             slot: tools::AuthoritySlot::default(),
             packages: installer(&opts, &python, workspace.as_deref(), &observed),
         };
@@ -133,7 +134,7 @@ impl Actor {
             slot: Slot::Vacant(Vacancy::Reported(String::new())),
             observed,
             spill_seq: 0,
-            spill_tag: format!("raw-{}", super::process::random_hex(6)),
+            spill_tag: format!("raw-{}", crate::sys::random_hex(6)),
             first: true,
             counters_stale: false,
             workspace,

@@ -7,7 +7,7 @@
 //! The process side lives in `process.rs` (spawn, teardown), waiting for a
 //! cell in `wait.rs`, what results say about state in `report.rs`, rich
 //! outputs in `display.rs`, the control frames in `frame.rs`, Unix plumbing
-//! in `unix.rs`, and the Python runner in `src/runner/` (`runner.py`, and
+//! in `crate::sys`, and the Python runner in `src/runner/` (`runner.py`, and
 //! `display.py` for rich outputs).
 
 mod actor;
@@ -18,7 +18,6 @@ mod process;
 pub mod record;
 mod report;
 mod stream;
-mod unix;
 mod wait;
 
 use std::collections::BTreeSet;
@@ -40,9 +39,11 @@ pub(crate) use process::max_display_bytes;
 pub(crate) use display::Displays;
 pub use display::{CellEvent, DisplayLimits};
 pub use frame::FrameError;
-pub(crate) use process::{private_dir, random_hex, Exit, RUNNER_FILES, RUNNER_SOURCE};
-pub(crate) use report::{report as describe_outcome, Report, Vacancy as LocalVacancy};
-pub use unix::{pid_alive, process_group, process_start_time, rss_bytes};
+pub(crate) use process::{Exit, RUNNER_FILES, RUNNER_SOURCE};
+// Old paths of the helpers now in `crate::sys`.
+pub(crate) use crate::sys::random_hex;
+pub use crate::sys::{pid_alive, process_group, process_start_time, rss_bytes};
+pub(crate) use report::{report as describe_outcome, Report, Vacancy};
 pub(crate) use wait::{Outcome, Stop};
 
 /// How to start kernels. `Default` gives a local kernel on `python3` from
@@ -296,6 +297,17 @@ pub enum KernelError {
     Spawn(#[from] SpawnError),
     #[error("the kernel has been shut down; start a new one")]
     Closed,
+}
+
+impl KernelError {
+    /// The remote backend a failed start was on (its message names the
+    /// transport's failure and what to check), `None` for a local kernel.
+    pub fn remote_backend(&self) -> Option<&str> {
+        match self {
+            KernelError::Spawn(SpawnError::Remote { backend, .. }) => Some(backend),
+            _ => None,
+        }
+    }
 }
 
 pub(crate) enum Request {

@@ -13,10 +13,10 @@ use nix::sys::signal::Signal;
 use tokio::net::unix::pipe;
 
 use super::frame::{Frame, FrameReader};
-use super::unix;
 use super::{KernelOptions, SpawnError};
 use crate::sandbox::cgroup::KernelCgroup;
 use crate::sandbox::launch::{self, EnforcedLimits};
+use crate::sys::{self, private_dir, random_hex};
 use crate::tools::{AuthoritySlot, ToolServer, TOKEN_ENV};
 
 /// The runner script: its parts joined (compile.py, limits.py and
@@ -71,7 +71,7 @@ impl Exit {
     pub(crate) fn describe(self) -> String {
         match self {
             Exit::Code(c) => format!("exited with status {c}"),
-            Exit::Signal(s) => format!("was killed by signal {s} ({})", unix::signal_name(s)),
+            Exit::Signal(s) => format!("was killed by signal {s} ({})", sys::signal_name(s)),
             Exit::Unknown => "ended".to_owned(),
         }
     }
@@ -127,12 +127,6 @@ pub(crate) struct Process {
     group_killed: bool,
 }
 
-pub(crate) fn random_hex(bytes: usize) -> String {
-    let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf).expect("OS random source");
-    buf.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// What a kernel's tool calls need: the token its runner presents and the
 /// slot holding the running cell's authority. One per kernel handle, so a
 /// respawned process keeps the token (and its redaction).
@@ -149,39 +143,6 @@ type EgressListener = (
     std::os::unix::net::UnixListener,
     std::sync::Arc<crate::egress::EgressPolicy>,
 );
-
-/// Create `dir` (and parents) with mode 0700; an existing dir must be a
-/// real directory (not a symlink) owned by us.
-pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)?;
-    let meta = std::fs::symlink_metadata(dir)?;
-    use std::os::unix::fs::MetadataExt;
-    let me = nix::unistd::geteuid().as_raw();
-    if !meta.is_dir() || meta.uid() != me {
-        return Err(io::Error::new(
-            io::ErrorKind::PermissionDenied,
-            format!("{} is not a directory owned by this user", dir.display()),
-        ));
-    }
-    // Its parent too: another user who owns it (a pre-created
-    // /tmp/cellhost-<uid>) could swap `dir` for their own.
-    if let Some(parent) = dir.parent() {
-        let owner = std::fs::symlink_metadata(parent)?.uid();
-        if owner != me && owner != 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::PermissionDenied,
-                format!(
-                    "{} belongs to another user (uid {owner}); remove it or choose another runtime dir",
-                    parent.display()
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
 
 impl Process {
     /// Start a runner and wait for its hello. `workspace`: the strict
@@ -280,11 +241,11 @@ impl Process {
         ),
     ) -> Result<Process, SpawnError> {
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
-        let (req_r, req_w) = unix::pipe().map_err(io("create the request pipe"))?;
-        let (rep_r, rep_w) = unix::pipe().map_err(io("create the reply pipe"))?;
-        let (death_r, death_w) = unix::pipe().map_err(io("create the death pipe"))?;
-        let (out_r, out_w) = unix::pipe().map_err(io("create the stdout pipe"))?;
-        let (err_r, err_w) = unix::pipe().map_err(io("create the stderr pipe"))?;
+        let (req_r, req_w) = sys::pipe().map_err(io("create the request pipe"))?;
+        let (rep_r, rep_w) = sys::pipe().map_err(io("create the reply pipe"))?;
+        let (death_r, death_w) = sys::pipe().map_err(io("create the death pipe"))?;
+        let (out_r, out_w) = sys::pipe().map_err(io("create the stdout pipe"))?;
+        let (err_r, err_w) = sys::pipe().map_err(io("create the stderr pipe"))?;
 
         // The package dir as it is now (a pooled kernel's moves with it).
         let packages = rpc.packages.as_ref().and_then(|p| {
@@ -329,21 +290,21 @@ impl Process {
         .kill_on_drop(true);
         let (block_r, block_w) = block.unzip();
         let mut placements = vec![
-            (unix::raw(&req_r), 3),
-            (unix::raw(&rep_w), 4),
-            (unix::raw(&death_r), 5),
+            (sys::raw(&req_r), 3),
+            (sys::raw(&rep_w), 4),
+            (sys::raw(&death_r), 5),
         ];
         if let Some(r) = &block_r {
-            placements.push((unix::raw(r), launch::BLOCK_FD));
+            placements.push((sys::raw(r), launch::BLOCK_FD));
         }
         for (i, fd) in seccomp.iter().enumerate() {
-            placements.push((unix::raw(fd), launch::SECCOMP_FD + i as i32));
+            placements.push((sys::raw(fd), launch::SECCOMP_FD + i as i32));
         }
         // SAFETY: child_setup and setup.apply only call async-signal-safe
         // functions (everything they use was allocated before the fork).
         unsafe {
             cmd.pre_exec(move || {
-                unix::child_setup(&placements)?;
+                sys::child_setup(&placements)?;
                 setup.apply()
             });
         }
@@ -363,7 +324,7 @@ impl Process {
         };
         drop((req_r, rep_w, block_r, seccomp));
         let leader = child.id().expect("a just-spawned child has a pid");
-        let watcher = spawn_watcher(leader, death_r);
+        let watcher = sys::watch_group(leader, death_r).ok();
         // Into the cgroups while the runner starts; awaited before the
         // kernel is handed out (no cell runs outside its cgroup).
         let adopting = cgroup.as_ref().map(|cg| cg.adopt(leader, block_w));
@@ -550,7 +511,7 @@ impl Process {
 
     pub(crate) fn signal(&self, sig: Signal) {
         if self.exited.is_none() {
-            unix::signal_pid(self.pid, sig);
+            sys::signal_pid(self.pid, sig);
         }
     }
 
@@ -558,7 +519,7 @@ impl Process {
     /// left of the group, wait, and remove the staging dir.
     pub(crate) async fn terminate(mut self, grace: Duration) -> Option<Exit> {
         if self.exited.is_none() {
-            unix::signal_group(self.pgid(), Signal::SIGTERM);
+            sys::signal_group(self.pgid(), Signal::SIGTERM);
             if let Ok(status) = tokio::time::timeout(grace, self.child.wait()).await {
                 self.exited = Some(status.map(Exit::from_status).unwrap_or(Exit::Unknown));
             }
@@ -581,7 +542,7 @@ impl Process {
             let _ = w.start_kill();
             let _ = w.wait().await;
         }
-        unix::signal_group(self.pgid(), Signal::SIGKILL);
+        sys::signal_group(self.pgid(), Signal::SIGKILL);
         if self.exited.is_none() {
             let status = self.child.wait().await;
             self.exited = Some(status.map(Exit::from_status).unwrap_or(Exit::Unknown));
@@ -598,29 +559,10 @@ impl Drop for Process {
         // Backstop for paths that never reached terminate(): never leave the
         // group running. kill_on_drop reaps the leader.
         if self.exited.is_none() {
-            unix::signal_group(self.pgid(), Signal::SIGKILL);
+            sys::signal_group(self.pgid(), Signal::SIGKILL);
         }
         let _ = std::fs::remove_dir_all(&self.staging);
     }
-}
-
-/// Start the death-pipe watcher for the group `pgid`: it blocks reading
-/// the pipe and SIGKILLs the group at EOF. It has its own session, so a
-/// terminal's Ctrl-C never reaches it. Best effort: without `/bin/sh` the
-/// runner's own watcher thread still covers most cases.
-fn spawn_watcher(pgid: u32, death_r: std::os::fd::OwnedFd) -> Option<tokio::process::Child> {
-    let mut cmd = tokio::process::Command::new("/bin/sh");
-    cmd.args(["-c", "read -r _; kill -KILL \"-$0\"", &pgid.to_string()])
-        .env_clear()
-        .stdin(Stdio::from(death_r))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true);
-    // SAFETY: child_setup only calls async-signal-safe functions.
-    unsafe {
-        cmd.pre_exec(|| unix::child_setup(&[]));
-    }
-    cmd.spawn().ok()
 }
 
 /// The per-display cap, within what a frame may carry.

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::process::Process;
-use super::unix::process_start_time;
+use crate::sys::process_start_time;
 
 /// One process and how to recognise it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,7 +34,7 @@ impl ProcessId {
 
     /// `true` when the pid still names this very process.
     pub fn is_same_live_process(&self) -> bool {
-        super::unix::live_start_time(self.pid) == Some(self.start_time)
+        crate::sys::live_start_time(self.pid) == Some(self.start_time)
     }
 
     /// This host process, read from /proc once.
@@ -115,7 +115,7 @@ impl KernelRecord {
     /// Write the record (atomically: temp file, then rename). Failure is
     /// not fatal to the kernel: the death pipe still reaps it.
     pub(crate) fn write(&self, dir: &Path) -> std::io::Result<()> {
-        super::process::private_dir(dir)?;
+        crate::sys::private_dir(dir)?;
         let tmp = dir.join(format!(".{}.tmp", self.id));
         let _ = std::fs::remove_file(&tmp);
         let mut f = std::fs::OpenOptions::new()

@@ -26,12 +26,15 @@ pub(crate) enum Vacancy {
     BrokeIdle(String),
     /// The caller asked for a reset.
     Reset,
+    /// A remote runner found gone before a cell (`why`: "had exited
+    /// before this cell (…)").
+    RemoteGone(String),
 }
 
 impl Vacancy {
     /// Flags and note for the first cell of the fresh kernel that replaces
     /// the vacated one.
-    pub(super) fn describe_fresh(&self, info: &mut KernelInfo) {
+    pub(crate) fn describe_fresh(&self, info: &mut KernelInfo) {
         info.reused = false;
         match self {
             Vacancy::Reset => {
@@ -52,6 +55,12 @@ impl Vacancy {
                 info.state_lost = true;
                 info.note = Some(format!(
                     "The previous kernel broke its control channel while idle ({detail}), so it was killed and its state was lost; this cell ran in a fresh kernel."
+                ));
+            }
+            Vacancy::RemoteGone(why) => {
+                info.state_lost = true;
+                info.note = Some(format!(
+                    "The previous remote kernel {why}, so its state was lost; this cell ran in a fresh kernel."
                 ));
             }
             Vacancy::Reported(why) if !why.is_empty() => {
@@ -242,6 +251,46 @@ pub(crate) fn human(d: Duration) -> String {
 mod tests {
     use super::*;
     use crate::kernel::frame::Frame;
+
+    fn fresh(v: Vacancy) -> KernelInfo {
+        let mut info = KernelInfo {
+            reused: true,
+            ..KernelInfo::default()
+        };
+        v.describe_fresh(&mut info);
+        assert!(!info.reused);
+        info
+    }
+
+    #[test]
+    fn the_fresh_kernel_sentences_of_both_backends() {
+        let i = fresh(Vacancy::Reset);
+        assert!(i.state_reset && !i.state_lost);
+        assert_eq!(
+            i.note.as_deref(),
+            Some("The kernel was reset as asked: earlier state was discarded and this cell ran in a fresh kernel.")
+        );
+        let i = fresh(Vacancy::RemoteGone(
+            "had exited before this cell (idle self-exit, container restart or crash)".into(),
+        ));
+        assert!(i.state_lost);
+        assert_eq!(
+            i.note.as_deref(),
+            Some("The previous remote kernel had exited before this cell (idle self-exit, container restart or crash), so its state was lost; this cell ran in a fresh kernel.")
+        );
+        let i = fresh(Vacancy::Reported("it ended (sys.exit).".into()));
+        assert!(!i.state_lost && !i.state_reset);
+        assert_eq!(
+            i.note.as_deref(),
+            Some("This cell ran in a fresh kernel: it ended (sys.exit).")
+        );
+        assert_eq!(fresh(Vacancy::Reported(String::new())).note, None);
+        let i = fresh(Vacancy::BrokeIdle("a stray frame".into()));
+        assert!(i.state_lost);
+        assert!(i.note.unwrap().starts_with(
+            "The previous kernel broke its control channel while idle (a stray frame)"
+        ));
+    }
 
     fn run(outcome: Outcome, stop: Option<Stop>) -> (Report, KernelInfo) {
         let mut info = KernelInfo::default();

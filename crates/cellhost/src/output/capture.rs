@@ -35,6 +35,9 @@ pub struct Capture {
     tail: Ring,
     cut: bool,
     total_bytes: u64,
+    /// Of `total_bytes`, those that never reached this capture
+    /// ([`Capture::count_unseen`]).
+    unseen: u64,
     spill: Spill,
     /// Streams cleaned text while the cell runs (only when asked).
     tap: Option<super::LineTap>,
@@ -85,6 +88,7 @@ impl Capture {
             tail: Ring::new(limits.tail_bytes()),
             cut: false,
             total_bytes: 0,
+            unseen: 0,
             spill: Spill {
                 path: raw_spill_path,
                 writer: None,
@@ -133,6 +137,14 @@ impl Capture {
             self.cut_at(bytes);
         }
         self.total_bytes += bytes.len() as u64;
+    }
+
+    /// Counts `n` bytes the stream carried that never reach this capture
+    /// (a remote host cut them before sending the rest): the cut marker
+    /// and `total_bytes` include them, so they say what the cell wrote.
+    pub fn count_unseen(&mut self, n: u64) {
+        self.total_bytes += n;
+        self.unseen += n;
     }
 
     /// Raw bytes pushed so far.
@@ -187,7 +199,7 @@ impl Capture {
         if !self.cut {
             return Captured {
                 text: cleaner.clean(&self.kept),
-                truncated: false,
+                truncated: self.unseen > 0,
                 full: None,
                 total_bytes,
             };
@@ -303,7 +315,7 @@ impl Capture {
             .and_then(|file| file.take(self.spill_cap_bytes).read_to_end(&mut raw))
             .map_err(|err| format!("failed to read the spill file back: {err}"))?;
 
-        let capped = (raw.len() as u64) < self.total_bytes;
+        let capped = (raw.len() as u64) + self.unseen < self.total_bytes;
         let end = if capped {
             utf8_head_end(&raw)
         } else {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use cellhost_protocol::KernelInfo;
 
 use super::{Capture, Cleaner, OutputLimits};
-use crate::kernel::private_dir;
+use crate::sys::private_dir;
 
 /// Value, error and traceback: the streams' cap and cleaning, without a
 /// spill file (the runner already bounds them at 1 MiB).

@@ -1,4 +1,5 @@
-//! Who a kernel belongs to and what makes two kernels interchangeable.
+//! What makes two kernels interchangeable (who a kernel belongs to is
+//! `crate::owner`).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -6,69 +7,10 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-/// The separator in a delegated child's owner: `"{parent}::child::{id}"`.
-pub const CHILD_SEPARATOR: &str = "::child::";
-
-/// Longest accepted owner name, in bytes.
-pub const MAX_OWNER_LEN: usize = 512;
-
-/// A bad owner or child name, with what to do about it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid {what} {name:?}: {why}")]
-pub struct OwnerError {
-    what: &'static str,
-    name: String,
-    why: &'static str,
-}
-
-/// Checks an owner (session id, or a child's full owner name).
-pub fn validate_owner(owner: &str) -> Result<(), OwnerError> {
-    let bad = |why| {
-        Err(OwnerError {
-            what: "session id",
-            name: owner.chars().take(80).collect(),
-            why,
-        })
-    };
-    if owner.is_empty() {
-        return bad("it is empty; pass the conversation's stable session id");
-    }
-    if owner.len() > MAX_OWNER_LEN {
-        return bad("it is longer than 512 bytes; use a shorter stable id");
-    }
-    if owner.chars().any(char::is_control) {
-        return bad("it contains control characters; use printable characters only");
-    }
-    Ok(())
-}
-
-/// The owner of child `child` delegated by `parent`.
-pub fn child_owner(parent: &str, child: &str) -> Result<String, OwnerError> {
-    validate_owner(parent)?;
-    if child.is_empty() || child.contains("::") || child.chars().any(char::is_control) {
-        return Err(OwnerError {
-            what: "child id",
-            name: child.chars().take(80).collect(),
-            why: "it must be non-empty, printable and free of \"::\"",
-        });
-    }
-    let owner = format!("{parent}{CHILD_SEPARATOR}{child}");
-    validate_owner(&owner)?;
-    Ok(owner)
-}
-
-/// `true` when `owner` is a delegated child (pinned against eviction).
-pub fn is_child(owner: &str) -> bool {
-    owner.contains(CHILD_SEPARATOR)
-}
-
-/// `true` when `owner` is `session` itself or one of its descendants.
-pub fn belongs_to_session(owner: &str, session: &str) -> bool {
-    owner == session
-        || owner
-            .strip_prefix(session)
-            .is_some_and(|rest| rest.starts_with(CHILD_SEPARATOR))
-}
+// Owner naming lives in `crate::owner`; these are its old paths.
+pub use crate::owner::{
+    belongs_to_session, child_owner, is_child, validate_owner, OwnerError, CHILD_SEPARATOR,
+};
 
 /// What a kernel is started with, besides its owner. Kernels with equal
 /// specs and owners are the same kernel.

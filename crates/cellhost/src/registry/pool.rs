@@ -48,7 +48,7 @@ impl Pool {
     pub(super) fn take(&self, workspaces: &Path) -> Option<Pooled> {
         let mut ready = self.ready();
         while let Some((k, ws)) = ready.kernels.pop() {
-            if k.pid().is_some_and(crate::kernel::pid_alive) {
+            if k.pid().is_some_and(crate::sys::pid_alive) {
                 return Some((k, ws));
             }
             if let Some(dir) = ws {

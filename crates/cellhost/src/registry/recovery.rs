@@ -51,7 +51,7 @@ pub(super) fn recover(records: &Path, staging_root: &Path, max_age: Duration) ->
         if group_is_ours {
             let _ = killpg(Pid::from_raw(rec.pgid as i32), Signal::SIGKILL);
             report.orphans_killed += 1;
-        } else if crate::kernel::pid_alive(rec.leader.pid) {
+        } else if crate::sys::pid_alive(rec.leader.pid) {
             report.pids_reused += 1;
         } else {
             report.records_cleared += 1;

@@ -29,12 +29,13 @@ use super::transport::{ExecOutput, Transport};
 use crate::config::RemoteCommon;
 use crate::kernel::frame::Frame;
 use crate::kernel::Kernel;
+use crate::kernel::Vacancy;
 use crate::kernel::{
-    describe_outcome, random_hex, Cell, Control, Displays, KernelError, KernelOptions,
-    LocalVacancy, Observed, Outcome, Report, Request, SpawnError, Stop, RUNNER_FILES,
-    RUNNER_SOURCE,
+    describe_outcome, Cell, Control, Displays, KernelError, KernelOptions, Observed, Outcome,
+    Report, Request, SpawnError, Stop, RUNNER_FILES, RUNNER_SOURCE,
 };
 use crate::output::Cleaner;
+use crate::sys::random_hex;
 use crate::tools::{Authority, DEFAULT_MAX_TOOL_CALLS};
 
 /// Retires a cell's tool authority however the cell ends.
@@ -82,15 +83,6 @@ struct Live {
     tools_sent: bool,
 }
 
-/// Why no runner is live, and what the next cell must be told.
-enum Vacancy {
-    /// Already told (or nothing to tell, when empty).
-    Said(String),
-    /// Found gone: the next cell reports the loss.
-    Lost(String),
-    Reset,
-}
-
 /// How waiting for a cell ended.
 enum Waited {
     /// The cell asked for a tool (request `k`); the phase it was in.
@@ -120,9 +112,10 @@ struct Actor {
     o: RemoteKernelOptions,
     live: Option<Live>,
     vacancy: Vacancy,
-    /// A runner given up on (transport failure): killed best effort
-    /// before the next start.
-    stale: Option<(String, Option<u32>)>,
+    /// Runners (or shipped dirs) given up on after a transport failure:
+    /// killed before the next start and at teardown, and kept here until
+    /// a kill has gone through (an outage may outlast several cells).
+    stale: Vec<(String, Option<u32>)>,
     seq: u64,
     first: bool,
     observed: Arc<Observed>,
@@ -141,8 +134,8 @@ pub(crate) async fn spawn(o: RemoteKernelOptions) -> Result<Kernel, SpawnError> 
     let mut actor = Actor {
         o,
         live: None,
-        vacancy: Vacancy::Said(String::new()),
-        stale: None,
+        vacancy: Vacancy::Reported(String::new()),
+        stale: Vec::new(),
         seq: 0,
         first: true,
         observed: observed.clone(),
@@ -152,8 +145,8 @@ pub(crate) async fn spawn(o: RemoteKernelOptions) -> Result<Kernel, SpawnError> 
         Ok(Started::Live(live)) => actor.adopt(live),
         Ok(Started::SpawnFailed { dir, why }) => {
             // Fail open: the dir is reused by the one-shot of the first cell.
-            actor.stale = Some((dir, None));
-            actor.vacancy = Vacancy::Said(format!(
+            actor.stale.push((dir, None));
+            actor.vacancy = Vacancy::Reported(format!(
                 "the remote runner could not start earlier ({why})."
             ));
         }
@@ -185,13 +178,21 @@ impl Actor {
             .map_err(|e| e.to_string())
     }
 
+    /// Kill the runners given up on; when the transport still fails they
+    /// all stay for the next try.
+    async fn reap_stale(&mut self) {
+        while let Some((dir, pid)) = self.stale.last().cloned() {
+            let s = script::kill(&dir, pid, self.o.kernel.teardown_grace);
+            if self.quick(&s).await.is_err() {
+                return;
+            }
+            self.stale.pop();
+        }
+    }
+
     /// Ship the files and start the runner (one exec).
     async fn start(&mut self) -> Result<Started, SpawnError> {
-        if let Some((dir, pid)) = self.stale.take() {
-            let _ = self
-                .quick(&script::kill(&dir, pid, self.o.kernel.teardown_grace))
-                .await;
-        }
+        self.reap_stale().await;
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let token = random_hex(32);
         let mut args = vec![
@@ -291,7 +292,7 @@ impl Actor {
         if let Some(live) = self.live.take() {
             let s = script::kill(&live.dir, Some(live.pid), self.o.kernel.teardown_grace);
             if self.quick(&s).await.is_err() {
-                self.stale = Some((live.dir, Some(live.pid)));
+                self.stale.push((live.dir, Some(live.pid)));
             }
         }
         self.vacancy = why;
@@ -302,12 +303,8 @@ impl Actor {
     }
 
     async fn teardown(&mut self) {
-        self.vacate(Vacancy::Said(String::new())).await;
-        if let Some((dir, pid)) = self.stale.take() {
-            let _ = self
-                .quick(&script::kill(&dir, pid, self.o.kernel.teardown_grace))
-                .await;
-        }
+        self.vacate(Vacancy::Reported(String::new())).await;
+        self.reap_stale().await;
         if self.o.owns_transport {
             self.o.transport.shutdown().await;
         }
@@ -348,26 +345,6 @@ impl Actor {
         }
     }
 
-    fn describe_fresh(&self, info: &mut KernelInfo) {
-        info.reused = false;
-        match &self.vacancy {
-            Vacancy::Reset => {
-                info.state_reset = true;
-                info.note = Some("The kernel was reset as asked: earlier state was discarded and this cell ran in a fresh kernel.".into());
-            }
-            Vacancy::Lost(why) => {
-                info.state_lost = true;
-                info.note = Some(format!(
-                    "The previous remote kernel {why}, so its state was lost; this cell ran in a fresh kernel."
-                ));
-            }
-            Vacancy::Said(why) if !why.is_empty() => {
-                info.note = Some(format!("This cell ran in a fresh kernel: {why}"));
-            }
-            Vacancy::Said(_) => {}
-        }
-    }
-
     async fn execute(
         &mut self,
         mut cell: Cell,
@@ -398,7 +375,7 @@ impl Actor {
         let mut retried = false;
         let (outcome, stop, blob) = loop {
             if self.live.is_none() {
-                self.describe_fresh(&mut info);
+                self.vacancy.describe_fresh(&mut info);
                 match self.start().await {
                     Ok(Started::Live(live)) => self.adopt(live),
                     Ok(Started::SpawnFailed { dir, why }) => {
@@ -413,7 +390,7 @@ impl Actor {
                                 started,
                             )
                             .await;
-                        self.vacancy = Vacancy::Said(format!(
+                        self.vacancy = Vacancy::Reported(format!(
                             "the remote runner could not start earlier ({why})."
                         ));
                         return (Ok(r), None);
@@ -448,7 +425,7 @@ impl Actor {
             {
                 Waited::NotDelivered(why) if !retried => {
                     retried = true;
-                    self.vacate(Vacancy::Lost(why)).await;
+                    self.vacate(Vacancy::RemoteGone(why)).await;
                 }
                 Waited::NotDelivered(why) => {
                     break (
@@ -480,8 +457,8 @@ impl Actor {
             _ => None,
         };
         let (report, vacancy) = report;
-        if let Some(LocalVacancy::Reported(why)) = vacancy {
-            self.vacate(Vacancy::Said(why)).await;
+        if let Some(Vacancy::Reported(why)) = vacancy {
+            self.vacate(Vacancy::Reported(why)).await;
         }
         let finisher = Finisher {
             output: &self.o.kernel.output,
@@ -491,8 +468,7 @@ impl Actor {
         let mut r = finisher.finish(
             report,
             info,
-            &blob.stdout,
-            &blob.stderr,
+            &blob,
             &mut displays,
             started.elapsed().as_secs_f64(),
         );
@@ -508,7 +484,7 @@ impl Actor {
         tail: &str,
         blob: &Blob,
         displays: &mut Displays,
-    ) -> (Report, Option<LocalVacancy>) {
+    ) -> (Report, Option<Vacancy>) {
         for d in &blob.displays {
             displays.accept(d.clone());
         }
@@ -540,10 +516,10 @@ impl Actor {
         started: Instant,
     ) -> CellResult {
         if let Some(live) = self.live.take() {
-            self.stale = Some((live.dir, Some(live.pid)));
+            self.stale.push((live.dir, Some(live.pid)));
         }
         self.observed.pid.store(0, Ordering::Relaxed);
-        self.vacancy = Vacancy::Said(
+        self.vacancy = Vacancy::Reported(
             "the connection to the previous remote kernel failed during a cell.".into(),
         );
         info.state_lost = true;
@@ -570,8 +546,7 @@ impl Actor {
         .finish(
             report,
             info,
-            b"",
-            b"",
+            &Blob::default(),
             &mut displays,
             started.elapsed().as_secs_f64(),
         )

@@ -113,11 +113,11 @@ impl Backends {
                 (name.clone(), b)
             })
             .collect();
-        let _ = crate::kernel::private_dir(ssh_dir);
+        let _ = crate::sys::private_dir(ssh_dir);
         Backends {
             map: Arc::new(map),
             sessions: Arc::default(),
-            manager: format!("{}-{}", std::process::id(), crate::kernel::random_hex(6)),
+            manager: format!("{}-{}", std::process::id(), crate::sys::random_hex(6)),
         }
     }
 
@@ -152,10 +152,7 @@ impl Backends {
 
     /// The default backend of `owner`'s session, if one was set.
     pub fn session_default(&self, owner: &str) -> Option<String> {
-        let session = owner
-            .split(crate::registry::CHILD_SEPARATOR)
-            .next()
-            .unwrap_or(owner);
+        let session = crate::owner::session_of(owner);
         let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         sessions.get(session).cloned()
     }

@@ -9,8 +9,9 @@ use std::path::Path;
 use cellhost_protocol::{CellResult, KernelInfo, Truncated};
 
 use crate::kernel::frame::{Frame, FrameReader};
-use crate::kernel::{private_dir, Displays, Report};
+use crate::kernel::{Displays, Report};
 use crate::output::{finish, Capture, Cleaner, OutputLimits};
+use crate::sys::private_dir;
 
 /// A parsed result blob.
 #[derive(Debug, Default)]
@@ -19,6 +20,10 @@ pub(crate) struct Blob {
     pub displays: Vec<Frame>,
     pub stdout: Vec<u8>,
     pub stderr: Vec<u8>,
+    /// Bytes the cell wrote to each stream; more than `stdout`/`stderr`
+    /// hold when the remote side cut them (its own head and tail).
+    pub stdout_total: u64,
+    pub stderr_total: u64,
 }
 
 /// Parse a blob; `Err` says what is wrong with it.
@@ -38,8 +43,10 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Blob, String> {
     let sizes: Vec<usize> = parts
         .map(|p| p.parse::<usize>().map_err(|_| format!("bad size {p:?}")))
         .collect::<Result<_, _>>()?;
-    let [f, o, e] = sizes[..] else {
-        return Err("header needs three sizes".into());
+    let (f, o, e, o_total, e_total) = match sizes[..] {
+        [f, o, e] => (f, o, e, o, e),
+        [f, o, e, ot, et] => (f, o, e, ot, et),
+        _ => return Err("header needs three or five sizes".into()),
     };
     let body = &bytes[nl + 1..];
     if body.len() != f.saturating_add(o).saturating_add(e) {
@@ -52,6 +59,8 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Blob, String> {
     let mut blob = Blob {
         stdout: body[f..f + o].to_vec(),
         stderr: body[f + o..].to_vec(),
+        stdout_total: o_total as u64,
+        stderr_total: e_total as u64,
         ..Blob::default()
     };
     let mut reader = FrameReader::default();
@@ -78,8 +87,7 @@ impl Finisher<'_> {
         &self,
         report: Report,
         info: KernelInfo,
-        stdout: &[u8],
-        stderr: &[u8],
+        blob: &Blob,
         displays: &mut Displays,
         seconds: f64,
     ) -> CellResult {
@@ -91,16 +99,19 @@ impl Finisher<'_> {
         // Raw spill files of cut streams go here.
         let _ = private_dir(self.spill_dir);
         let tag = super::short_hash(&format!("{}-{}", info.id, info.execution_count));
-        let capture = |bytes: &[u8], stream: &str| {
+        let capture = |bytes: &[u8], total: u64, stream: &str| {
             let mut c = Capture::new(
                 self.output,
                 self.spill_dir.join(format!("remote-{tag}.{stream}.raw")),
             );
             c.push(bytes);
+            // What the remote side cut before sending (its marker is in
+            // `bytes`, counted in `total` as the bytes it replaced).
+            c.count_unseen(total.saturating_sub(bytes.len() as u64));
             c.finish(self.cleaner)
         };
-        let out = capture(stdout, "stdout");
-        let err = capture(stderr, "stderr");
+        let out = capture(&blob.stdout, blob.stdout_total, "stdout");
+        let err = capture(&blob.stderr, blob.stderr_total, "stderr");
         let spill_path = finish::write_spill(
             self.spill_dir,
             &info,

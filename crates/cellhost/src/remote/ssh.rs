@@ -85,7 +85,7 @@ impl SshTransport {
             ssh.display(),
             options.join("\0"),
             std::process::id(),
-            crate::kernel::random_hex(8)
+            crate::sys::random_hex(8)
         ));
         SshTransport {
             ssh,
@@ -161,14 +161,103 @@ impl SshTransport {
             let text = std::fs::read_to_string(&self.master_log).unwrap_or_default();
             return Err(ExecError::Failed {
                 what,
-                detail: format!(
-                    "cannot connect ({}); check host, port, user and identity",
-                    text.trim()
-                ),
+                detail: format!("cannot connect: {}", cause(last_line(&text))),
             });
         }
         Ok(())
     }
+}
+
+impl SshTransport {
+    /// What made a command fail with ssh's own status 255. ssh runs with
+    /// `LogLevel=ERROR`, so a connection that drops mid-command (the
+    /// server went away) ends with nothing on stderr: then one fresh
+    /// connection (`true`, no master) finds out whether the host answers
+    /// now, and if not, why.
+    async fn why_failed(&self, line: String) -> String {
+        if !line.is_empty() {
+            return cause(&line);
+        }
+        let mut args = self.options.clone();
+        args.extend([
+            "-T".into(),
+            "-o".into(),
+            "ControlPath=none".into(),
+            "--".into(),
+            self.host.clone(),
+            "true".into(),
+        ]);
+        let probe = Client {
+            program: self.ssh.clone(),
+            args,
+            env: vec![],
+        };
+        let after = self.connect_timeout + Duration::from_secs(2);
+        match run_client(&probe, vec![], Some(after), "ssh").await {
+            Ok(o) if o.status == Some(0) => "the connection dropped while the command ran (the                  server closed it or restarted; a new connection works)"
+                .to_owned(),
+            Ok(o) if o.stderr_line().is_empty() => format!(
+                "the connection dropped while the command ran, and a new connection fails without                  a reason (ssh exit status {:?})",
+                o.status
+            ),
+            Ok(o) => format!(
+                "the connection dropped while the command ran; a new connection fails: {}",
+                cause(&o.stderr_line())
+            ),
+            Err(e) => format!(
+                "the connection dropped while the command ran; a new connection fails: {e}"
+            ),
+        }
+    }
+}
+
+fn last_line(text: &str) -> &str {
+    text.lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+}
+
+/// ssh's last error line, said as what failed and what to check.
+fn cause(line: &str) -> String {
+    let has = |s: &str| line.contains(s);
+    let (what, check) = if has("Connection refused") {
+        (
+            "connection refused",
+            "check host and port: does sshd run there?",
+        )
+    } else if has("timed out") {
+        (
+            "connection timed out",
+            "check host and port: is the host up and reachable (network, firewall)?",
+        )
+    } else if has("Host key verification failed") || has("IDENTIFICATION HAS CHANGED") {
+        (
+            "host key check failed",
+            "the host's key is not the one in known_hosts; if it was reinstalled, remove its old              key there (or set known_hosts / strict_host_key_checking)",
+        )
+    } else if has("Permission denied") || has("Too many authentication failures") {
+        (
+            "authentication failed",
+            "check user and identity: is the key in the user's authorized_keys there?",
+        )
+    } else if has("Could not resolve hostname") || has("Name or service not known") {
+        ("host name does not resolve", "check host")
+    } else if has("No route to host") || has("Network is unreachable") {
+        ("no route to the host", "check host and the network")
+    } else if has("closed by") || has("Connection reset") || has("Connection closed") {
+        (
+            "the server closed the connection",
+            "check the server's sshd log",
+        )
+    } else if line.is_empty() {
+        return "ssh failed and said nothing (exit status 255); check host, port, user and                 identity"
+            .to_owned();
+    } else {
+        return format!("{line}; check host, port, user and identity");
+    };
+    format!("{what} ({line}); {check}")
 }
 
 impl Transport for SshTransport {
@@ -192,7 +281,7 @@ impl Transport for SshTransport {
                     let _ = std::fs::remove_file(&self.control_path);
                     return Err(ExecError::Failed {
                         what: self.describe(),
-                        detail: o.stderr_line(),
+                        detail: self.why_failed(o.stderr_line()).await,
                     });
                 }
             }
@@ -258,5 +347,22 @@ mod tests {
         let args = a.command_args("true");
         let dd = args.iter().position(|x| x == "--").unwrap();
         assert_eq!(args[dd + 1], "h");
+    }
+
+    #[test]
+    fn an_ssh_failure_says_what_failed_and_what_to_check() {
+        let c = cause("ssh: connect to host 127.0.0.1 port 2299: Connection refused");
+        assert!(c.starts_with("connection refused (ssh: connect"), "{c}");
+        assert!(
+            c.ends_with("check host and port: does sshd run there?"),
+            "{c}"
+        );
+        assert!(cause("Host key verification failed.").starts_with("host key check failed"));
+        assert!(cause("u@h: Permission denied (publickey).").starts_with("authentication failed"));
+        assert!(
+            cause("ssh: connect to host h port 22: Connection timed out")
+                .starts_with("connection timed out")
+        );
+        assert!(cause("").contains("said nothing"));
     }
 }

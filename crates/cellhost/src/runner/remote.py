@@ -14,10 +14,12 @@
 # DIR/frames.N (runner.py's display and reply frames), then writes the
 # result blob to DIR/tmp.res.N and renames it to DIR/res.N:
 #
-#   b"CELLHOST1 <frames> <stdout> <stderr>\n" + frames + stdout + stderr
+#   b"CELLHOST1 <frames> <stdout> <stderr> <stdout total> <stderr total>\n"
+#   + frames + stdout + stderr
 #
 # Each stream keeps at most MAX_STREAM bytes (head and tail, with a marker
-# between); the frames keep whole frames only (display frames that do not
+# between); the totals are the bytes the cell wrote, so the host counts
+# what was cut here too; the frames keep whole frames only (display frames that do not
 # fit are dropped and counted in the reply). With no request for IDLE seconds the runner removes its dir and
 # exits by itself. The RPC token arrives in DIR/env (written from stdin at
 # ship time) and is read once, then the file is removed.
@@ -69,19 +71,22 @@ def _open(path):
 
 
 def _capped(path):
+    """The stream's bytes (head and tail when over MAX_STREAM) and how
+    many the cell wrote."""
     try:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             if size <= MAX_STREAM:
-                return f.read()
+                data = f.read()
+                return data, len(data)
             half = MAX_STREAM // 2
             head = f.read(half)
             f.seek(size - half)
             tail = f.read()
     except OSError:
-        return b""
+        return b"", 0
     cut = size - 2 * half
-    return head + (b"\n[... %d bytes cut on the remote host ...]\n" % cut) + tail
+    return head + (b"\n[... %d bytes cut on the remote host ...]\n" % cut) + tail, size
 
 
 def _frames(path, reply):
@@ -129,7 +134,12 @@ def _run_cell(runner, code, n):
     # runner.py puts these back on fds 1/2 after the cell (a cell may close
     # or redirect them).
     runner.streams.saved = [(1, out_fd), (2, err_fd)]
-    reply = runner.run(code)
+    global _cell_n
+    _cell_n = int(n)
+    try:
+        reply = runner.run(code)
+    finally:
+        _cell_n = None
     try:
         runner.settle()
     except BaseException:
@@ -141,13 +151,14 @@ def _run_cell(runner, code, n):
         os.dup2(null, fd)
     for fd in (null, out_fd, err_fd, frames_fd):
         os.close(fd)
-    parts = [_frames(frames_p, reply), _capped(out_p), _capped(err_p)]
+    (out, out_total), (err, err_total) = _capped(out_p), _capped(err_p)
+    parts = [_frames(frames_p, reply), out, err]
     for p in (frames_p, out_p, err_p):
         try:
             os.unlink(p)
         except OSError:
             pass
-    head = b"CELLHOST1 %d %d %d\n" % tuple(len(p) for p in parts)
+    head = b"CELLHOST1 %d %d %d %d %d\n" % (tuple(len(p) for p in parts) + (out_total, err_total))
     return head + b"".join(parts), reply
 
 
@@ -188,6 +199,12 @@ def _setup(chdir):
 
 
 _tool_seq = iter(range(1, 1 << 62))
+# The request number of the cell running now (None between cells): each
+# tool request says which cell it was made in, and the host serves it
+# only under that cell's authority (a request written between cells by a
+# thread a finished cell left running is refused, never served by the
+# next cell).
+_cell_n = None
 
 
 def _file_invoke(name, args):
@@ -200,7 +217,9 @@ def _file_invoke(name, args):
 
     tools = sys.modules["tools"]
     try:
-        body = json.dumps({"token": _token, "tool": name, "args": args}, allow_nan=False).encode()
+        body = json.dumps(
+            {"token": _token, "tool": name, "args": args, "cell": _cell_n}, allow_nan=False
+        ).encode()
     except (TypeError, ValueError) as e:
         raise tools.ToolError("the arguments of %s are not JSON-serializable: %s" % (name, e)) from None
     if len(body) > tools.MAX_PAYLOAD:

@@ -184,7 +184,7 @@ impl KernelCgroup {
             })();
             // Only while the leader is alive: once it is gone (a failed
             // start, reaped by the host) its group id may be reused.
-            if moved.is_err() && crate::kernel::pid_alive(leader) {
+            if moved.is_err() && crate::sys::pid_alive(leader) {
                 let _ = nix::sys::signal::killpg(
                     nix::unistd::Pid::from_raw(leader as i32),
                     nix::sys::signal::Signal::SIGKILL,

@@ -10,6 +10,7 @@
 //! (`authority.rs`). A call made when no cell runs is refused.
 
 pub(crate) mod authority;
+pub(crate) mod request;
 mod server;
 mod stub;
 

@@ -21,15 +21,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
-use serde_json::value::RawValue;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::authority::refused_no_cell;
+use super::request::{self, error, Admitted, Refused, Running};
 use super::{Authority, AuthoritySlot};
 
 /// The socket's file name in the staging dir.
@@ -121,16 +119,6 @@ async fn accept(
     }
 }
 
-/// What one request asks. `args` stays raw until the token is checked.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Request {
-    token: String,
-    tool: String,
-    #[serde(default)]
-    args: Option<Box<RawValue>>,
-}
-
 struct Conn {
     token: Arc<str>,
     slot: AuthoritySlot,
@@ -197,9 +185,9 @@ impl Conn {
     /// The arguments of a reserved `%pip` request with the right token
     /// (anything else goes the tool path, which explains what is wrong).
     fn pip_request(&self, body: &[u8]) -> Option<Value> {
-        let req: Request = serde_json::from_slice(body).ok()?;
+        let req: request::Request = serde_json::from_slice(body).ok()?;
         if req.tool != crate::packages::REQUEST
-            || !same_token(req.token.as_bytes(), self.token.as_bytes())
+            || !request::same_token(req.token.as_bytes(), self.token.as_bytes())
         {
             return None;
         }
@@ -210,78 +198,20 @@ impl Conn {
         )
     }
 
-    /// The reply to one request, and whether to hang up after it.
+    /// The reply to one request, and whether to hang up after it (the
+    /// parsing, token check, authority and reply live in `request.rs`).
     async fn handle(&self, body: &[u8]) -> (Vec<u8>, bool) {
-        let req: Request = match serde_json::from_slice(body) {
-            Ok(r) => r,
-            Err(e) => {
-                return (
-                    error(format!(
-                    "malformed tool request ({e}); expected JSON {{\"token\", \"tool\", \"args\"}}"
-                )),
-                    false,
-                )
-            }
-        };
-        if !same_token(req.token.as_bytes(), self.token.as_bytes()) {
-            return (
-                error("wrong token: this socket serves only its own kernel's cells".into()),
-                true,
-            );
-        }
-        let name = req.tool;
-        let args = match req.args.map(|raw| serde_json::from_str::<Value>(raw.get())) {
-            None | Some(Ok(Value::Null)) => Value::Object(Default::default()),
-            Some(Ok(v @ Value::Object(_))) => v,
-            _ => {
-                return (
-                    error(format!(
-                        "the arguments of {name:?} must be a JSON object of keyword arguments"
-                    )),
-                    false,
-                )
-            }
-        };
         let authority: Option<Arc<Authority>> =
             self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        let Some(authority) = authority else {
-            return (error(refused_no_cell(&name)), false);
+        let running = Running {
+            authority: authority.as_ref(),
+            cell: None,
         };
-        let call = match authority.dispatch(&name, args) {
-            Ok(call) => call,
-            Err(why) => return (error(why), false),
-        };
-        let reply = match call.await {
-            Ok(Ok(value)) => serde_json::to_vec(&json!({ "result": value })),
-            Ok(Err(e)) => Ok(error(e.message().to_owned())),
-            Err(e) if e.is_panic() => Ok(error(format!(
-                "tool {name:?} failed: it panicked ({})",
-                panic_message(e.into_panic())
-            ))),
-            Err(_) => Ok(error(format!("tool call {name:?} was cancelled"))),
-        };
-        match reply {
-            Ok(r) if r.len() <= self.max => (r, false),
-            Ok(r) => (
-                error(format!(
-                    "the result of tool {name:?} is {} bytes, over the {}-byte limit",
-                    r.len(),
-                    self.max
-                )),
-                false,
-            ),
-            Err(e) => (
-                error(format!(
-                    "the result of tool {name:?} is not valid JSON: {e}"
-                )),
-                false,
-            ),
+        match request::admit(body, &self.token, running) {
+            Ok(Admitted { name, call }) => (request::reply(&name, call.await, self.max), false),
+            Err(Refused { reply, hang_up }) => (reply, hang_up),
         }
     }
-}
-
-fn error(message: String) -> Vec<u8> {
-    serde_json::to_vec(&json!({ "error": message })).unwrap_or_default()
 }
 
 fn framed(body: &[u8]) -> Vec<u8> {
@@ -289,36 +219,4 @@ fn framed(body: &[u8]) -> Vec<u8> {
     frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
     frame.extend_from_slice(body);
     frame
-}
-
-fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "no message".to_owned()
-    }
-}
-
-/// Equal tokens, compared in time that does not depend on where they differ.
-fn same_token(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
-    std::hint::black_box(diff) == 0
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_compare_whole() {
-        assert!(same_token(b"abcd", b"abcd"));
-        assert!(!same_token(b"abcd", b"abce"));
-        assert!(!same_token(b"abcd", b"abc"));
-        assert!(!same_token(b"", b"a"));
-    }
 }

@@ -5,6 +5,7 @@ pub mod display;
 pub mod index;
 pub mod registry;
 pub mod remote;
+pub mod sshd;
 pub mod tools;
 
 use std::time::{Duration, Instant};

@@ -12,43 +12,38 @@ use super::super::result::{parse, Blob, Finisher};
 use super::super::script;
 use super::super::transport::ExecOutput;
 use super::{Actor, Waited, MAX_STREAM, QUICK};
-use crate::kernel::{random_hex, Control, Displays, Exit, Outcome, Stop};
+use crate::kernel::{Control, Displays, Exit, Outcome, Stop};
+use crate::sys::random_hex;
+use crate::tools::request::{self, Admitted, Running};
 use crate::tools::Authority;
 
 enum Served {
-    Reply(serde_json::Value),
+    Reply(Vec<u8>),
     /// The cell's timeout passed while the tool ran (it was cancelled).
-    TimedOut(serde_json::Value),
+    TimedOut(Vec<u8>),
     /// A control message arrived while the tool ran.
     Control(Option<Control>),
 }
 
-/// Serve one tool request of the running cell under its authority, within
-/// the time the cell has left.
+/// Serve one tool request of cell `cell` (its request number) under its
+/// authority, within the time the cell has left: the token check, the
+/// authority rule and the reply are the local socket's (`tools::request`).
 async fn serve_tool(
     authority: &Arc<Authority>,
+    cell: u64,
     token: &str,
     body: &[u8],
     left: Option<Duration>,
+    max: usize,
     control: &mut mpsc::UnboundedReceiver<Control>,
 ) -> Served {
-    use serde_json::{json, Value};
-    let req: Value = match serde_json::from_slice(body) {
-        Ok(v) => v,
-        Err(e) => return Served::Reply(json!({"error": format!("bad tool request: {e}")})),
+    let running = Running {
+        authority: Some(authority),
+        cell: Some(cell),
     };
-    if req.get("token").and_then(Value::as_str) != Some(token) {
-        return Served::Reply(json!({"error": "tool call refused: bad token"}));
-    }
-    let name = req
-        .get("tool")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_owned();
-    let args = req.get("args").cloned().unwrap_or(Value::Null);
-    let mut call = match authority.dispatch(&name, args) {
-        Ok(h) => h,
-        Err(why) => return Served::Reply(json!({"error": why})),
+    let Admitted { name, mut call } = match request::admit(body, token, running) {
+        Ok(a) => a,
+        Err(refused) => return Served::Reply(refused.reply),
     };
     let limit = async {
         match left {
@@ -57,14 +52,10 @@ async fn serve_tool(
         }
     };
     tokio::select! {
-        r = &mut call => Served::Reply(match r {
-            Ok(Ok(v)) => json!({"result": v}),
-            Ok(Err(e)) => json!({"error": e.message()}),
-            Err(e) => json!({"error": format!("tool {name:?} failed: {e}")}),
-        }),
+        r = &mut call => Served::Reply(request::reply(&name, r, max)),
         () = limit => {
             call.abort();
-            Served::TimedOut(json!({"error": format!("tool call {name:?} cancelled: the cell's timeout passed")}))
+            Served::TimedOut(request::error(format!("tool call {name:?} cancelled: the cell's timeout passed")))
         }
         ctl = control.recv() => {
             call.abort();
@@ -150,11 +141,11 @@ impl Actor {
             let served = Instant::now();
             let max = self.o.kernel.max_tool_payload;
             let reply = if size > max as u64 || body.len() > max {
-                Served::Reply(serde_json::json!({"error": format!(
+                Served::Reply(request::error(format!(
                     "tool request refused: it is {size} bytes, over the {max}-byte limit; pass less data per call"
-                )}))
+                )))
             } else {
-                serve_tool(authority, &token, &body, left, control).await
+                serve_tool(authority, w.dir_seq, &token, &body, left, max, control).await
             };
             let mut interrupted = interrupted;
             // The call's time counts against the cell's.
@@ -186,7 +177,7 @@ impl Actor {
                             let _ = self.quick(&script::interrupt(pid)).await;
                         }
                         let _ = tx.send(true);
-                        serde_json::json!({"error": "tool call cancelled: the cell was interrupted"})
+                        request::error("tool call cancelled: the cell was interrupted".into())
                     }
                     other => {
                         let _ = self.quick(&script::kill_now(pid)).await;
@@ -198,14 +189,12 @@ impl Actor {
                     }
                 },
             };
-            stdin = reply.to_string().into_bytes();
+            stdin = reply;
             if stdin.len() > max + script::REPLY_ENVELOPE as usize {
-                stdin = serde_json::json!({"error": format!(
+                stdin = request::error(format!(
                     "the tool's reply is {} bytes, over the {max}-byte limit; ask for less data per call",
                     stdin.len()
-                )})
-                .to_string()
-                .into_bytes();
+                ));
             }
             w.respond = Some(k);
             w.interrupted = interrupted;
@@ -346,18 +335,17 @@ impl Actor {
                 .finish(
                     report,
                     info,
-                    &blob.stdout,
-                    &blob.stderr,
+                    &blob,
                     displays,
                     started.elapsed().as_secs_f64(),
                 )
             }
             Waited::Tool { .. } => {
-                self.stale = Some((dir.to_owned(), None));
+                self.stale.push((dir.to_owned(), None));
                 self.transport_lost("a one-shot cell cannot call tools".into(), info, started)
             }
             Waited::Transport(d) | Waited::NotDelivered(d) => {
-                self.stale = Some((dir.to_owned(), None));
+                self.stale.push((dir.to_owned(), None));
                 self.transport_lost(d, info, started)
             }
         };

@@ -1,0 +1,18 @@
+//! Operating-system helpers every module may use, depending on no other
+//! module of this crate: pipes, fd placement and signals (`unix.rs`),
+//! process checks from /proc (`unix.rs`), owner-only directories
+//! (`fs.rs`), random ids (`random.rs`) and the death-pipe watcher that
+//! kills a process group when the host dies (`death.rs`).
+
+mod death;
+mod fs;
+mod random;
+mod unix;
+
+pub use death::watch_group;
+pub use fs::private_dir;
+pub use random::random_hex;
+pub(crate) use unix::{
+    child_setup, live_start_time, pipe, raw, signal_group, signal_name, signal_pid,
+};
+pub use unix::{pid_alive, process_group, process_start_time, rss_bytes};
