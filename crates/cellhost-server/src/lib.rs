@@ -8,7 +8,8 @@
 //! cell it becomes, SSE), `error` (one JSON error shape), `auth` (Bearer
 //! token), `guard` (Host, Origin and Content-Type checks), `metrics`,
 //! `openapi`, `dashboard` (embedded assets), `mcp` (MCP over streamable
-//! HTTP at `/mcp`), `serve` (binding and shutdown).
+//! HTTP at `/mcp`), `jupyter` (the Jupyter Kernel Gateway protocol under
+//! `/api`), `serve` (binding and shutdown).
 
 mod api;
 mod auth;
@@ -16,6 +17,7 @@ mod dashboard;
 mod error;
 mod execute;
 mod guard;
+mod jupyter;
 mod mcp;
 mod metrics;
 mod openapi;
@@ -126,6 +128,7 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(dashboard::index))
         .route("/assets/{file}", get(dashboard::asset))
         .route_service("/mcp", mcp::service(&state))
+        .merge(jupyter::routes(&state))
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(axum::middleware::from_fn(guard::require_json))
