@@ -26,6 +26,8 @@ use crate::ApiError;
 
 /// Largest frame a client may send (a cell's code and its envelope).
 const MAX_FRAME: usize = 64 << 20;
+/// How long a closing handshake may take.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub(crate) async fn connect(
     State(j): State<Jupyter>,
@@ -90,7 +92,13 @@ async fn run(mut socket: WebSocket, j: Jupyter, hub: Arc<Hub>) {
         tokio::select! {
             frame = socket.recv() => {
                 let text = match frame {
-                    None | Some(Err(_)) | Some(Ok(Message::Close(_))) => break,
+                    None | Some(Err(_)) => break,
+                    Some(Ok(Message::Close(_))) => {
+                        // Reading once more sends the close reply the
+                        // client waits for (websocket-client blocks on it).
+                        let _ = tokio::time::timeout(CLOSE_GRACE, socket.recv()).await;
+                        break;
+                    }
                     Some(Ok(Message::Text(t))) => t,
                     Some(Ok(Message::Binary(_))) => {
                         let m = messages::stream(

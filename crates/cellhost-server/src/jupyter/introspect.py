@@ -45,7 +45,10 @@ def _answer(ns, req):
                 break
             if m is None:
                 break
-            m = m.rstrip("(")
+            if m.endswith("()"):
+                m = m[:-2]
+            elif m.endswith("("):
+                m = m[:-1]
             if m not in seen:
                 seen.add(m)
                 matches.append(m)

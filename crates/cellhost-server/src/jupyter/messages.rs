@@ -19,14 +19,16 @@ pub(crate) const PROTOCOL_VERSION: &str = "5.3";
 pub(crate) struct Header {
     pub msg_id: String,
     pub msg_type: String,
+    /// The other fields are read leniently: clients differ (Jupyter
+    /// Server's gateway client sends `date` as a Unix timestamp number).
     #[serde(default)]
-    pub username: String,
+    pub username: Value,
     #[serde(default)]
-    pub session: String,
+    pub session: Value,
     #[serde(default)]
-    pub date: String,
+    pub date: Value,
     #[serde(default)]
-    pub version: String,
+    pub version: Value,
 }
 
 /// A message a client sent.
@@ -114,10 +116,10 @@ impl Outgoing {
             header: Header {
                 msg_id: msg_id.clone(),
                 msg_type: msg_type.to_owned(),
-                username: "cellhost".to_owned(),
-                session: session.to_owned(),
-                date: super::iso_time(crate::execute::unix_now()),
-                version: PROTOCOL_VERSION.to_owned(),
+                username: json!("cellhost"),
+                session: json!(session),
+                date: json!(super::iso_time(crate::execute::unix_now())),
+                version: json!(PROTOCOL_VERSION),
             },
             parent_header: parent.map_or_else(|| Value::Object(Map::new()), |p| p.raw_header.clone()),
             metadata: json!({}),
@@ -210,6 +212,12 @@ mod tests {
         assert_eq!(out["parent_header"]["msg_id"], "m1");
         assert_eq!(out["parent_header"]["extra"], 1);
         assert_eq!(out["header"]["version"], "5.3");
+    }
+
+    #[test]
+    fn a_numeric_date_is_accepted() {
+        let text = r#"{"header":{"msg_id":"m","msg_type":"kernel_info_request","date":1764600000.5},"content":{}}"#;
+        assert_eq!(Incoming::parse(text).unwrap().msg_type(), "kernel_info_request");
     }
 
     #[test]
