@@ -35,12 +35,19 @@ impl Daemon {
     fn start(token: Option<&str>) -> Daemon {
         let data = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellhost"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--sandbox", "none", "--data-dir"])
-            .arg(data.path())
-            .env_remove("CELLHOST_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
+        cmd.args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--sandbox",
+            "none",
+            "--data-dir",
+        ])
+        .arg(data.path())
+        .env_remove("CELLHOST_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
         if let Some(t) = token {
             cmd.env("CELLHOST_TOKEN", t);
         }
@@ -93,7 +100,10 @@ fn check(name: &str, token: Option<&str>) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "check {name} failed:\n{text}");
-    assert!(text.contains(" ok"), "check {name} printed no verdict:\n{text}");
+    assert!(
+        text.contains(" ok"),
+        "check {name} printed no verdict:\n{text}"
+    );
 }
 
 #[test]

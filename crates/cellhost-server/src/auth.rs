@@ -24,8 +24,7 @@ pub(crate) const CSRF_HEADER: &str = "x-cellhost";
 /// Jupyter clients send it.
 fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;
-    (scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("token"))
-        .then_some(token)
+    (scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("token")).then_some(token)
 }
 
 /// `?token=` of a Jupyter request (`/api/…`), as Jupyter clients put it

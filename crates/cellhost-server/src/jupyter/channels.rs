@@ -37,8 +37,11 @@ pub(crate) async fn connect(
     let id = match id {
         Ok(Path(id)) => id,
         Err(r) => {
-            return ApiError::bad_request("bad_path", format!("the URL path could not be read: {r}"))
-                .into_response()
+            return ApiError::bad_request(
+                "bad_path",
+                format!("the URL path could not be read: {r}"),
+            )
+            .into_response()
         }
     };
     let ws = match ws {
@@ -165,7 +168,10 @@ async fn handle(j: &Jupyter, hub: &Arc<Hub>, me: u64, msg: Incoming) {
     let session = s.session.clone();
     let target = Some(me);
     match msg.msg_type() {
-        "execute_request" | "complete_request" | "inspect_request" | "is_complete_request"
+        "execute_request"
+        | "complete_request"
+        | "inspect_request"
+        | "is_complete_request"
         | "history_request" => {
             if hub.shell.send(ShellJob { socket: me, msg }).is_err() {
                 // The worker is gone only when the kernel was deleted.

@@ -121,7 +121,8 @@ impl Outgoing {
                 date: json!(super::iso_time(crate::execute::unix_now())),
                 version: json!(PROTOCOL_VERSION),
             },
-            parent_header: parent.map_or_else(|| Value::Object(Map::new()), |p| p.raw_header.clone()),
+            parent_header: parent
+                .map_or_else(|| Value::Object(Map::new()), |p| p.raw_header.clone()),
             metadata: json!({}),
             content,
             channel,
@@ -217,7 +218,10 @@ mod tests {
     #[test]
     fn a_numeric_date_is_accepted() {
         let text = r#"{"header":{"msg_id":"m","msg_type":"kernel_info_request","date":1764600000.5},"content":{}}"#;
-        assert_eq!(Incoming::parse(text).unwrap().msg_type(), "kernel_info_request");
+        assert_eq!(
+            Incoming::parse(text).unwrap().msg_type(),
+            "kernel_info_request"
+        );
     }
 
     #[test]

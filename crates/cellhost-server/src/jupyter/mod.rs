@@ -188,8 +188,7 @@ impl HubShared {
     }
 
     pub(crate) fn touch(&self) {
-        *self.last_activity.lock().unwrap_or_else(|e| e.into_inner()) =
-            crate::execute::unix_now();
+        *self.last_activity.lock().unwrap_or_else(|e| e.into_inner()) = crate::execute::unix_now();
     }
 
     pub(crate) fn last_activity(&self) -> f64 {

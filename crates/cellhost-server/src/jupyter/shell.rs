@@ -86,8 +86,7 @@ async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming) {
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
     let cell = crate::build_cell(&req).events(tx);
-    let mut result =
-        crate::execute::spawn_cell(app, hub.id.clone(), hub.id.clone(), req, cell);
+    let mut result = crate::execute::spawn_cell(app, hub.id.clone(), hub.id.clone(), req, cell);
     let forward = |e: CellEvent| {
         if !silent {
             if let Some(out) = event_message(e, session, msg) {
@@ -230,7 +229,10 @@ fn finished(hub: &HubShared, socket: u64, msg: &Incoming, silent: bool, r: &Cell
             .as_deref()
             .map(|t| t.lines().map(str::to_owned).collect())
             .unwrap_or_default();
-        if let Some(extra) = r.error_beyond_traceback().or(r.error.is_none().then_some(&*line)) {
+        if let Some(extra) = r
+            .error_beyond_traceback()
+            .or(r.error.is_none().then_some(&*line))
+        {
             traceback.push(extra.to_owned());
         }
         if ename == "EOFError" && evalue.contains("reading a line") {
@@ -282,7 +284,8 @@ fn failed(hub: &HubShared, socket: u64, msg: &Incoming, e: &ApiError) {
         "user_expressions": {},
         "payload": [],
     });
-    let metadata = json!({"status": "error", "cellhost": {"error": {"code": e.code, "message": e.message}}});
+    let metadata =
+        json!({"status": "error", "cellhost": {"error": {"code": e.code, "message": e.message}}});
     hub.send(
         Some(socket),
         &messages::reply(msg, session, content).with_metadata(metadata),
