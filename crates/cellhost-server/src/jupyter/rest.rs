@@ -26,6 +26,10 @@ use crate::ApiError;
 
 /// The one kernelspec: the daemon's Python interpreter.
 pub(crate) const SPEC_NAME: &str = "python3";
+/// Most Jupyter kernels registered at once (each holds a hub and a task
+/// until deleted), so a client looping on `POST /api/kernels` cannot
+/// grow the daemon without bound.
+const MAX_KERNELS: usize = 4096;
 
 fn path_error(r: PathRejection) -> ApiError {
     ApiError::bad_request("bad_path", format!("the URL path could not be read: {r}"))
@@ -159,6 +163,17 @@ impl Jupyter {
             return Err(ApiError::bad_request(
                 "invalid_session",
                 "a delegated child's kernel cannot be a Jupyter kernel; name its parent session",
+            ));
+        }
+        if self.hub(&id).is_none()
+            && self.hubs.lock().unwrap_or_else(|e| e.into_inner()).len() >= MAX_KERNELS
+        {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_kernels",
+                format!(
+                    "{MAX_KERNELS} Jupyter kernels are registered; delete some                      (DELETE /api/kernels/{{id}}) before starting more"
+                ),
             ));
         }
         self.hub_or_new(&id, name);
