@@ -20,10 +20,24 @@ pub(crate) const COOKIE: &str = "cellhost_token";
 pub(crate) const CSRF_HEADER: &str = "x-cellhost";
 
 /// The token of `Authorization: Bearer <token>` (scheme case-insensitive,
-/// the token taken as sent).
+/// the token taken as sent), or of `Authorization: token <token>` as
+/// Jupyter clients send it.
 fn bearer(value: &str) -> Option<&str> {
     let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then_some(token)
+    (scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("token")).then_some(token)
+}
+
+/// `?token=` of a Jupyter request (`/api/…`), as Jupyter clients put it
+/// on WebSocket URLs.
+fn jupyter_query_token(req: &Request) -> Option<&str> {
+    let path = req.uri().path();
+    if path != "/api" && !path.starts_with("/api/") {
+        return None;
+    }
+    req.uri()
+        .query()?
+        .split('&')
+        .find_map(|kv| kv.strip_prefix("token="))
 }
 
 pub(crate) async fn require_token(
@@ -58,7 +72,8 @@ pub(crate) async fn require_token(
             .flat_map(|v| v.split(';'))
             .filter_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
             .any(|v| equal(v.as_bytes(), token.as_bytes()));
-    if bearer.is_some_and(|b| equal(b.as_bytes(), token.as_bytes())) || cookie {
+    let jupyter = jupyter_query_token(&req).is_some_and(|q| equal(q.as_bytes(), token.as_bytes()));
+    if bearer.is_some_and(|b| equal(b.as_bytes(), token.as_bytes())) || cookie || jupyter {
         return next.run(req).await;
     }
     // `/?token=…` (the URL `cellhost serve` prints) sets the cookie.

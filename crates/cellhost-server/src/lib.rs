@@ -8,9 +8,10 @@
 //! cell it becomes, SSE), `error` (one JSON error shape), `auth` (Bearer
 //! token), `guard` (Host, Origin and Content-Type checks), `metrics`,
 //! `openapi`, `dashboard` (embedded assets), `mcp` (MCP over streamable
-//! HTTP at `/mcp`), `serve` (binding and shutdown), `conn` (the accept
-//! loop: connection caps and timeouts), `queue` (bounds on cells in
-//! flight).
+//! HTTP at `/mcp`), `jupyter` (the Jupyter Kernel Gateway protocol under
+//! `/api`), `files` (the workspace routes), `serve` (binding and
+//! shutdown), `conn` (the accept loop: connection caps and timeouts),
+//! `queue` (bounds on cells in flight).
 
 mod api;
 mod auth;
@@ -20,6 +21,7 @@ mod error;
 mod execute;
 mod files;
 mod guard;
+mod jupyter;
 mod mcp;
 mod metrics;
 mod openapi;
@@ -166,6 +168,7 @@ pub fn router(state: AppState) -> Router {
         .route("/", get(dashboard::index))
         .route("/assets/{file}", get(dashboard::asset))
         .route_service("/mcp", mcp::service(&state))
+        .merge(jupyter::routes(&state))
         .fallback(api::not_found)
         .method_not_allowed_fallback(api::method_not_allowed)
         .layer(axum::middleware::from_fn(guard::require_json))

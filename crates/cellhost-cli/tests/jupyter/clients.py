@@ -1,0 +1,389 @@
+"""Real Jupyter clients against a real `cellhost serve` (issue 21).
+
+Run by crates/cellhost-cli/tests/jupyter.rs as
+    python clients.py CHECK URL TOKEN
+with the interpreter of the .venv-jupyter venv (scripts/test makes it).
+Each CHECK is one function below; it raises AssertionError (exit 1) when
+cellhost answers wrong.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+
+URL, TOKEN = sys.argv[2], sys.argv[3]
+HOST = URL.split("//", 1)[1]
+
+
+def http(method, path, body=None, base=URL, token=TOKEN):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method)
+    req.add_header("Authorization", "token " + token)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        text = r.read()
+        return r.status, (json.loads(text) if text else None)
+
+
+# ---- a raw WebSocket client ---------------------------------------------------
+
+import websocket  # websocket-client
+
+
+class Raw:
+    """One kernel WebSocket, messages read in order."""
+
+    def __init__(self, kernel, base_ws=None, query_token=True):
+        base_ws = base_ws or ("ws://" + HOST)
+        url = f"{base_ws}/api/kernels/{kernel}/channels"
+        if query_token:
+            url += "?token=" + TOKEN
+        self.ws = websocket.create_connection(url, timeout=60)
+        self.session = uuid.uuid4().hex
+
+    def send(self, msg_type, content, channel="shell"):
+        msg_id = uuid.uuid4().hex
+        msg = {
+            "header": {"msg_id": msg_id, "msg_type": msg_type, "username": "t",
+                       "session": self.session, "date": "", "version": "5.3"},
+            "parent_header": {}, "metadata": {}, "content": content,
+            "channel": channel, "buffers": [],
+        }
+        self.ws.send(json.dumps(msg))
+        return msg_id
+
+    def recv(self):
+        return json.loads(self.ws.recv())
+
+    def until_idle(self, msg_id, need_reply=True):
+        """Every message parented by msg_id until its reply and idle."""
+        got, reply, idle = [], None, False
+        while not (idle and (reply or not need_reply)):
+            m = self.recv()
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            got.append(m)
+            if m["channel"] in ("shell", "control"):
+                reply = m
+            if m["msg_type"] == "status" and m["content"]["execution_state"] == "idle":
+                idle = True
+        return got, reply
+
+    def execute(self, code, **kw):
+        mid = self.send("execute_request", dict({"code": code, "silent": False,
+                        "store_history": True, "user_expressions": {},
+                        "allow_stdin": False, "stop_on_error": True}, **kw))
+        return self.until_idle(mid)
+
+
+def types(msgs):
+    return [m["msg_type"] + ("" if m["msg_type"] != "status"
+            else ":" + m["content"]["execution_state"]) for m in msgs]
+
+
+def new_kernel(**body):
+    st, model = http("POST", "/api/kernels", dict({"name": "python3"}, **body))
+    assert st == 201, st
+    return model["id"]
+
+
+def check_raw_protocol():
+    k = new_kernel()
+    a = Raw(k)
+    mid = a.send("kernel_info_request", {})
+    got, reply = a.until_idle(mid)
+    assert reply["msg_type"] == "kernel_info_reply", reply
+    assert reply["content"]["language_info"]["name"] == "python"
+    assert reply["parent_header"]["msg_id"] == mid
+
+    got, reply = a.execute("x = 41\nprint('hi')\nx + 1")
+    t = types(got)
+    assert t[0] == "status:busy" and t[1] == "execute_input", t
+    assert t[-1] == "status:idle" and t[-2] == "execute_reply", t
+    streams = "".join(m["content"]["text"] for m in got if m["msg_type"] == "stream")
+    assert streams == "hi\n", streams
+    res = [m for m in got if m["msg_type"] == "execute_result"][0]
+    assert res["content"]["data"]["text/plain"] == "42", res
+    assert reply["content"]["status"] == "ok"
+    assert reply["content"]["execution_count"] == 1, reply["content"]
+    assert reply["metadata"]["cellhost"]["kernel"]["reused"] is False
+
+    # State kept; live output arrives before the cell ends.
+    mid = a.send("execute_request", {"code": "import time\nprint(x, flush=True)\ntime.sleep(1.5)\nprint('end')"})
+    first = None
+    t0 = time.time()
+    while first is None:
+        m = a.recv()
+        if m["msg_type"] == "stream":
+            first = (m["content"]["text"], time.time() - t0)
+    assert first[0] == "41\n" and first[1] < 1.2, first
+    a.until_idle(mid)
+
+    got, reply = a.execute("display({'text/html': '<b>x</b>', 'text/plain': 'x'}, raw=True)\n1/0")
+    disp = [m for m in got if m["msg_type"] == "display_data"]
+    assert disp and disp[0]["content"]["data"]["text/html"] == "<b>x</b>", types(got)
+    err = [m for m in got if m["msg_type"] == "error"][0]["content"]
+    assert err["ename"] == "ZeroDivisionError" and err["evalue"] == "division by zero", err
+    assert any("1/0" in line for line in err["traceback"]), err
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "ZeroDivisionError"
+
+    # Introspection answered by the kernel, not counted.
+    mid = a.send("complete_request", {"code": "y = x.bit_", "cursor_pos": 10})
+    _, r = a.until_idle(mid)
+    assert "x.bit_length" in r["content"]["matches"] and r["content"]["cursor_start"] == 4, r["content"]
+    mid = a.send("inspect_request", {"code": "len", "cursor_pos": 3, "detail_level": 0})
+    _, r = a.until_idle(mid)
+    assert r["content"]["found"] and "Return the number" in r["content"]["data"]["text/plain"], r
+    for code, want in [("for i in range(3):", "incomplete"), ("x = 1", "complete"), ("x = )", "invalid")]:
+        mid = a.send("is_complete_request", {"code": code})
+        _, r = a.until_idle(mid)
+        assert r["content"]["status"] == want, (code, r["content"])
+    got, reply = a.execute("x")
+    assert reply["content"]["execution_count"] == 4, reply["content"]  # hidden cells not counted
+
+    # No comms, unknown requests answered, stdin closed.
+    mid = a.send("comm_info_request", {})
+    _, r = a.until_idle(mid, need_reply=False) if False else (None, None)
+    r = a.recv()
+    assert r["msg_type"] == "comm_info_reply" and r["content"]["comms"] == {}, r
+    mid = a.send("frobnicate_request", {})
+    r = a.recv()
+    assert r["msg_type"] == "frobnicate_reply" and r["content"]["status"] == "error", r
+    got, reply = a.execute("input('name? ')")
+    text = "".join(m["content"]["text"] for m in got if m["msg_type"] == "stream")
+    assert "stdin" in text and reply["content"]["ename"] == "EOFError", (text, reply["content"])
+    print("raw protocol ok")
+
+
+def check_two_sockets_and_malformed():
+    k = new_kernel()
+    a, b = Raw(k), Raw(k)
+    assert http("GET", f"/api/kernels/{k}")[1]["connections"] == 2
+    mid = a.send("execute_request", {"code": "print('shared')"})
+    got_a, reply_a = a.until_idle(mid)
+    got_b, reply_b = b.until_idle(mid, need_reply=False)
+    assert reply_a["msg_type"] == "execute_reply"
+    assert reply_b is None, "the reply goes only to the socket that asked"
+    assert "stream" in types(got_b), types(got_b)
+    # Malformed frames: the sender is told, the socket and the other stay.
+    b.ws.send("{not json")
+    m = b.recv()
+    assert m["msg_type"] == "stream" and "not JSON" in m["content"]["text"], m
+    b.ws.send(json.dumps({"header": {"msg_id": "x"}}))
+    m = b.recv()
+    assert "msg_type" in m["content"]["text"], m
+    got, reply = a.execute("1 + 1")
+    assert reply["content"]["status"] == "ok"
+    got, reply = b.execute("2 + 2")
+    assert [m for m in got if m["msg_type"] == "execute_result"][0]["content"]["data"]["text/plain"] == "4"
+    print("two sockets ok")
+
+
+def check_interrupt_and_state_note():
+    k = new_kernel()
+    a = Raw(k)
+    a.execute("y = 7")
+    mid = a.send("execute_request", {"code": "import time\nprint('go', flush=True)\ntime.sleep(30)"})
+    while True:
+        m = a.recv()
+        if m["msg_type"] == "stream":
+            break
+    a.send("interrupt_request", {}, channel="control")
+    got, reply = a.until_idle(mid)
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+    got, reply = a.execute("y")
+    assert [m for m in got if m["msg_type"] == "execute_result"][0]["content"]["data"]["text/plain"] == "7"
+    # A cell that loses the kernel: the next cell says so before its reply.
+    a.execute("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+    got, reply = a.execute("print('after')")
+    t = types(got)
+    notes = [m for m in got if m["msg_type"] == "stream" and m["content"]["name"] == "stderr"]
+    assert notes and "cellhost:" in notes[0]["content"]["text"], t
+    assert t.index("stream") < t.index("execute_reply")
+    md = reply["metadata"]["cellhost"]
+    assert md["kernel"]["reused"] is False and "fresh kernel" in md["state_note"], md
+    # Interrupt and restart over REST.
+    assert http("POST", f"/api/kernels/{k}/interrupt")[0] == 204
+    st, model = http("POST", f"/api/kernels/{k}/restart", {})
+    assert st == 200 and model["id"] == k
+    got, reply = a.execute("y")
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "NameError", reply["content"]
+    assert http("DELETE", f"/api/kernels/{k}")[0] == 204
+    try:
+        http("GET", f"/api/kernels/{k}")
+        raise AssertionError("a deleted kernel is gone")
+    except urllib.error.HTTPError as e:
+        assert e.code == 404
+    print("interrupt ok")
+
+
+def check_shared_session():
+    # A Jupyter kernel is a cellhost session: HTTP and WebSocket share state.
+    sid = "shared-" + uuid.uuid4().hex[:8]
+    req = urllib.request.Request(URL + f"/v1/sessions/{sid}/execute",
+                                 data=json.dumps({"code": "z = 'from http'"}).encode(), method="POST")
+    req.add_header("Authorization", "Bearer " + TOKEN)
+    req.add_header("Content-Type", "application/json")
+    urllib.request.urlopen(req, timeout=60).read()
+    k = new_kernel(id=sid)
+    assert k == sid
+    assert sid in [m["id"] for m in http("GET", "/api/kernels")[1]]
+    got, reply = Raw(k).execute("z")
+    assert [m for m in got if m["msg_type"] == "execute_result"][0]["content"]["data"]["text/plain"] == "'from http'"
+    # Auth: without a token, refused; a wrong one too.
+    try:
+        http("GET", "/api/kernels", token="wrong")
+        raise AssertionError("a wrong token is refused")
+    except urllib.error.HTTPError as e:
+        assert e.code == 401
+    try:
+        Raw(k, query_token=False)
+        raise AssertionError("a WebSocket without a token is refused")
+    except websocket.WebSocketBadStatusException as e:
+        assert e.status_code == 401
+    # Sessions API.
+    st, s = http("POST", "/api/sessions", {"path": "a.ipynb", "type": "notebook", "kernel": {"id": sid}})
+    assert st == 201 and s["kernel"]["id"] == sid
+    assert [x["id"] for x in http("GET", "/api/sessions")[1]] == [s["id"]]
+    assert http("DELETE", f"/api/sessions/{s['id']}")[0] == 204
+    print("shared session ok")
+
+
+# ---- Jupyter Server as a gateway client ------------------------------------------
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class JupyterServer:
+    def __init__(self):
+        self.port = free_port()
+        self.token = uuid.uuid4().hex
+        self.dir = tempfile.mkdtemp()
+        env = dict(os.environ, JUPYTER_GATEWAY_AUTH_TOKEN=TOKEN, JUPYTER_CONFIG_DIR=self.dir,
+                   JUPYTER_DATA_DIR=self.dir, JUPYTER_RUNTIME_DIR=self.dir)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", f"--port={self.port}",
+             "--ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
+             f"--gateway-url={URL}", f"--ServerApp.root_dir={self.dir}"],
+            env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "log"), "w"))
+        self.base = f"http://127.0.0.1:{self.port}"
+        for _ in range(300):
+            try:
+                http("GET", "/api/status", base=self.base, token=self.token)
+                return
+            except Exception:
+                time.sleep(0.1)
+        self.stop()
+        raise AssertionError("jupyter server did not start: " + open(os.path.join(self.dir, "log")).read())
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def check_jupyter_server():
+    js = JupyterServer()
+    try:
+        st, specs = http("GET", "/api/kernelspecs", base=js.base, token=js.token)
+        assert "python3" in specs["kernelspecs"], specs
+        st, model = http("POST", "/api/kernels", {"name": "python3"}, base=js.base, token=js.token)
+        k = model["id"]
+        # The kernel lives in cellhost: the same id there.
+        assert k in [m["id"] for m in http("GET", "/api/kernels")[1]]
+        ws = Raw.__new__(Raw)
+        ws.session = uuid.uuid4().hex
+        ws.ws = websocket.create_connection(
+            f"ws://127.0.0.1:{js.port}/api/kernels/{k}/channels?token={js.token}", timeout=60)
+        got, reply = ws.execute("import sys\nprint('out')\nprint('err', file=sys.stderr)\n"
+                                "display({'text/markdown': '**m**'}, raw=True)\nv = 5\nv * 2")
+        t = types(got)
+        names = sorted(m["content"]["name"] for m in got if m["msg_type"] == "stream")
+        assert names == ["stderr", "stdout"], t
+        assert "display_data" in t and "execute_result" in t, t
+        got, reply = ws.execute("undefined_name")
+        assert reply["content"]["ename"] == "NameError", reply["content"]
+        assert "error" in types(got)
+        # Interrupt through Jupyter Server's REST (it calls cellhost's).
+        mid = ws.send("execute_request", {"code": "import time\nprint('go', flush=True)\ntime.sleep(30)"})
+        while ws.recv()["msg_type"] != "stream":
+            pass
+        http("POST", f"/api/kernels/{k}/interrupt", {}, base=js.base, token=js.token)
+        got, reply = ws.until_idle(mid)
+        assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+        got, reply = ws.execute("v")
+        assert reply["content"]["status"] == "ok"
+        http("POST", f"/api/kernels/{k}/restart", {}, base=js.base, token=js.token)
+        got, reply = ws.execute("v")
+        assert reply["content"]["ename"] == "NameError", reply["content"]
+        assert http("DELETE", f"/api/kernels/{k}", base=js.base, token=js.token)[0] == 204
+        assert k not in [m["id"] for m in http("GET", "/api/kernels")[1]]
+    finally:
+        js.stop()
+    print("jupyter server ok")
+
+
+def check_nbclient():
+    os.environ["JUPYTER_GATEWAY_URL"] = URL
+    os.environ["JUPYTER_GATEWAY_AUTH_TOKEN"] = TOKEN
+    import nbformat
+    from nbclient import NotebookClient
+    from jupyter_server.gateway.gateway_client import GatewayClient
+    from jupyter_server.gateway.managers import GatewayKernelManager
+
+    GatewayClient.instance()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("a = 20\nprint('hello')"),
+        nbformat.v4.new_code_cell("a + 22"),
+        nbformat.v4.new_code_cell("display({'text/html': '<i>h</i>', 'text/plain': 'h'}, raw=True)"),
+    ]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    km = GatewayKernelManager()
+    client = NotebookClient(nb, km=km, timeout=60, kernel_name="python3")
+    client.execute()
+    c0, c1, c2 = nb.cells
+    assert c0.outputs[0]["name"] == "stdout" and c0.outputs[0]["text"] == "hello\n", c0.outputs
+    assert c1.outputs[0]["output_type"] == "execute_result", c1.outputs
+    assert c1.outputs[0]["data"]["text/plain"] == "42" and c1.execution_count == 2, c1
+    assert c2.outputs[0]["output_type"] == "display_data" and c2.outputs[0]["data"]["text/html"] == "<i>h</i>"
+    # A failing cell raises in nbclient, with cellhost's error.
+    nb2 = nbformat.v4.new_notebook()
+    nb2.cells = [nbformat.v4.new_code_cell("raise ValueError('nope')")]
+    try:
+        NotebookClient(nb2, km=GatewayKernelManager(), timeout=60, kernel_name="python3").execute()
+        raise AssertionError("the error cell raises")
+    except Exception as e:
+        assert "ValueError" in str(e) and "nope" in str(e), e
+    print("nbclient ok")
+
+
+def check_ag2():
+    from autogen.coding import CodeBlock
+    from autogen.coding.jupyter import JupyterCodeExecutor, JupyterConnectionInfo
+
+    host, port = HOST.split(":")
+    info = JupyterConnectionInfo(host=host, use_https=False, port=int(port), token=TOKEN)
+    with JupyterCodeExecutor(info, output_dir=tempfile.mkdtemp(), timeout=60) as ex:
+        r = ex.execute_code_blocks([CodeBlock(code="n = 6\nprint(n * 7)", language="python")])
+        assert r.exit_code == 0 and "42" in r.output, r
+        r = ex.execute_code_blocks([CodeBlock(code="print(n + 1)", language="python")])
+        assert r.exit_code == 0 and "7" in r.output, r
+        r = ex.execute_code_blocks([CodeBlock(code="1/0", language="python")])
+        assert r.exit_code != 0 and "ZeroDivisionError" in r.output, r
+    print("ag2 ok")
+
+
+if __name__ == "__main__":
+    globals()["check_" + sys.argv[1]]()
