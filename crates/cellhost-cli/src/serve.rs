@@ -74,6 +74,7 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
             shutdown_grace: host.config.server.shutdown_grace(),
             allowed_hosts: host.config.server.allowed_hosts.clone(),
             bound: Some(listening.addr),
+            mcp_idle_session: host.config.mcp.idle_session(),
         },
     );
     let url = format!("http://{}", listening.addr);

@@ -51,6 +51,9 @@ pub struct ServerOptions {
     pub allowed_hosts: Vec<String>,
     /// The address the daemon is bound to (its IP is an allowed Host).
     pub bound: Option<SocketAddr>,
+    /// An MCP session with no request and no running cell this long is
+    /// closed (`[mcp] idle_session_seconds`; `None`: never).
+    pub mcp_idle_session: Option<Duration>,
 }
 
 impl Default for ServerOptions {
@@ -61,6 +64,7 @@ impl Default for ServerOptions {
             shutdown_grace: Duration::from_secs(30),
             allowed_hosts: Vec::new(),
             bound: None,
+            mcp_idle_session: Some(Duration::from_secs(600)),
         }
     }
 }

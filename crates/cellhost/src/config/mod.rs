@@ -9,6 +9,7 @@ mod backends;
 mod history;
 mod lifecycle;
 mod limits;
+mod mcp;
 mod mcp_servers;
 mod sandbox;
 mod server;
@@ -23,6 +24,7 @@ pub use backends::{BackendConfig, DockerConfig, KubectlConfig, RemoteCommon, Ssh
 pub use history::HistoryConfig;
 pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;
+pub use mcp::McpConfig;
 pub use mcp_servers::McpServerConfig;
 pub use sandbox::{Profile, SandboxConfig};
 pub use server::{ServerConfig, DEFAULT_LISTEN};
@@ -51,6 +53,8 @@ pub struct Config {
     /// `[[mcp_servers]]`: downstream MCP servers whose tools cells call
     /// (code mode).
     pub mcp_servers: Vec<McpServerConfig>,
+    /// `[mcp]`: the daemon's MCP sessions (idle close).
+    pub mcp: McpConfig,
 }
 
 /// Why a configuration file could not be used.
