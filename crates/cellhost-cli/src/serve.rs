@@ -79,6 +79,7 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
             bound: Some(listening.addr),
             limits: cellhost_server::HttpLimits::from_config(&host.config.server),
             max_upload_bytes: host.config.files.max_upload_bytes(),
+            mcp_idle_session: host.config.mcp.idle_session(),
         },
     );
     let url = format!("http://{}", listening.addr);

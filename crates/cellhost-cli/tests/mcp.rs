@@ -239,3 +239,52 @@ fn a_downstream_server_that_cannot_start_is_named() {
     );
     assert!(out.stdout.is_empty(), "stdout is the protocol's only");
 }
+
+/// Start `cellhost serve` (token `mcp-test-token`) with `config`; returns
+/// the daemon (SIGTERMed on drop) and its `/mcp` URL. `CELLHOST_OLD_BIN`
+/// runs another binary instead (to check a test against old code).
+fn serve_with(config: &Path, data: &Path) -> (Daemon, String) {
+    let bin = std::env::var("CELLHOST_OLD_BIN").unwrap_or(env!("CARGO_BIN_EXE_cellhost").into());
+    let mut child = Command::new(bin)
+        .args(["serve", "--listen", "127.0.0.1:0", "--sandbox", "none"])
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(data)
+        .env("CELLHOST_TOKEN", "mcp-test-token")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let daemon = Daemon(child);
+    let url = loop {
+        let mut line = String::new();
+        assert!(out.read_line(&mut line).unwrap() > 0, "serve exited early");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+    };
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    (daemon, format!("{url}/mcp"))
+}
+
+/// Session hygiene with the Python SDK: its clean close logs no warning,
+/// a named session's result says its name, and with
+/// `[mcp] idle_session_seconds = 2` an abandoned client's kernel goes
+/// while a quiet 5 s cell in another session runs on undisturbed.
+#[test]
+fn mcp_sessions_close_cleanly_and_idle_ones_are_closed() {
+    let data = tempfile::tempdir().unwrap();
+    let config = data.path().join("cellhost.toml");
+    let text = if std::env::var_os("CELLHOST_OLD_BIN").is_some() {
+        "" // the old binary knows no [mcp] section
+    } else {
+        "[mcp]\nidle_session_seconds = 2\n"
+    };
+    std::fs::write(&config, text).unwrap();
+    let (daemon, url) = serve_with(&config, &data.path().join("data"));
+    scenario(&["hygiene", &url, "mcp-test-token"]);
+    drop(daemon);
+}

@@ -18,10 +18,12 @@
 //! Modules: `server` (the handler and owners), `tools` (the tool
 //! definitions and their arguments), `render` (a cell result as text and
 //! images for a model), `progress` (output lines as notifications),
-//! `runner` (how a cell runs), `downstream` (code mode), `resources` (the
+//! `runner` (how a cell runs), `hygiene` (`DELETE /mcp`'s status and
+//! closing idle HTTP sessions), `downstream` (code mode), `resources` (the
 //! session's workspace files as MCP resources).
 
 mod downstream;
+mod hygiene;
 mod progress;
 mod render;
 mod resources;
@@ -30,7 +32,8 @@ mod server;
 mod tools;
 
 pub use downstream::{Downstream, DownstreamError};
-pub use render::render;
+pub use hygiene::HttpService;
+pub use render::{render, render_in};
 pub use runner::{CellRunner, RunFuture};
-pub use server::{http_service, serve_stdio, HttpService, McpServer};
+pub use server::{http_service, serve_stdio, McpServer};
 pub use tokio_util::sync::CancellationToken;

@@ -69,10 +69,19 @@ pub fn render(r: &CellResult) -> String {
     out.trim_end().to_owned()
 }
 
+/// [`render`], first saying which session the cell ran in when the call
+/// named one (`session`), so a model juggling sessions can tell them apart.
+pub fn render_in(r: &CellResult, session: Option<&str>) -> String {
+    match session {
+        Some(s) => format!("[session {s:?}]\n{}", render(r)),
+        None => render(r),
+    }
+}
+
 /// The content blocks of a result: the text, then one image per image
-/// display.
-pub(crate) fn content(r: &CellResult) -> Vec<ContentBlock> {
-    let mut blocks = vec![ContentBlock::text(render(r))];
+/// display; `session` is the session the call named.
+pub(crate) fn content(r: &CellResult, session: Option<&str>) -> Vec<ContentBlock> {
+    let mut blocks = vec![ContentBlock::text(render_in(r, session))];
     blocks.extend(
         r.displays
             .iter()
@@ -236,6 +245,16 @@ mod tests {
     }
 
     #[test]
+    fn a_named_session_is_said_first() {
+        let r = result(Status::Success);
+        assert_eq!(render_in(&r, Some("conv-7")), "[session \"conv-7\"]\nhi");
+        assert_eq!(render_in(&r, None), "hi");
+        let mut quiet = result(Status::Success);
+        quiet.stdout.clear();
+        assert_eq!(render_in(&quiet, Some("s")), "[session \"s\"]\n(no output)");
+    }
+
+    #[test]
     fn images_become_image_blocks() {
         let mut r = result(Status::Success);
         r.displays.push(DisplayItem {
@@ -248,7 +267,7 @@ mod tests {
             data: "<b>x</b>".into(),
             display: 1,
         });
-        let blocks = content(&r);
+        let blocks = content(&r, None);
         assert_eq!(blocks.len(), 2);
         let text = render(&r);
         assert!(text.contains("image image/png, attached"), "{text}");

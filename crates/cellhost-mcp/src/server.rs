@@ -22,6 +22,7 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData, ServerHandler, ServiceExt};
 
+use crate::hygiene::{Activity, HttpService};
 use crate::progress;
 use crate::render;
 use crate::runner::CellRunner;
@@ -36,6 +37,8 @@ pub struct McpServer {
     runner: Arc<dyn CellRunner>,
     tools: Arc<Vec<Tool>>,
     conn: Arc<Connection>,
+    /// Shared by every session of one HTTP service.
+    activity: Arc<Activity>,
 }
 
 impl Clone for McpServer {
@@ -44,6 +47,7 @@ impl Clone for McpServer {
             runner: self.runner.clone(),
             tools: self.tools.clone(),
             conn: self.conn.clone(),
+            activity: self.activity.clone(),
         }
     }
 }
@@ -87,6 +91,7 @@ impl McpServer {
             runner,
             tools,
             conn,
+            activity: Arc::default(),
         }
     }
 
@@ -94,7 +99,19 @@ impl McpServer {
     pub fn fresh(&self) -> McpServer {
         let mut s = McpServer::new(self.runner.clone());
         s.tools = self.tools.clone();
+        s.activity = self.activity.clone();
         s
+    }
+
+    /// The MCP session id of an HTTP request (`None` over stdio).
+    fn session_id(ctx: &RequestContext<RoleServer>) -> Option<String> {
+        ctx.extensions
+            .get::<http::request::Parts>()?
+            .headers
+            .get("mcp-session-id")?
+            .to_str()
+            .ok()
+            .map(str::to_owned)
     }
 
     /// The owner a call acts for: `named`, else this session's.
@@ -148,6 +165,8 @@ impl McpServer {
     ) -> Result<CallToolResult, String> {
         let timeout = args.timeout()?;
         let owner = self.owner(args.session.clone(), &ctx)?;
+        // The session is not idle while this call runs (see `hygiene`).
+        let _running = Self::session_id(&ctx).map(|id| self.activity.running(&id));
         let manager = self.runner.manager().clone();
         if manager.is_shut_down() {
             return Err("cellhost is shutting down; try again when it is back".to_owned());
@@ -182,7 +201,7 @@ impl McpServer {
             }
         }
         let r = result?;
-        let mut out = CallToolResult::success(render::content(&r));
+        let mut out = CallToolResult::success(render::content(&r, args.session.as_deref()));
         out.structured_content = serde_json::to_value(&r).ok();
         out.is_error = Some(!r.is_success());
         Ok(out)
@@ -372,31 +391,35 @@ pub async fn serve_stdio(server: McpServer) -> Result<(), String> {
     Ok(())
 }
 
-/// The tower service that serves MCP over streamable HTTP.
-pub type HttpService = rmcp::transport::StreamableHttpService<
-    McpServer,
-    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
->;
-
 /// The streamable HTTP service for `/mcp`: a fresh [`McpServer`] (and
 /// implicit owner) per MCP session. Host and Origin checks are the
-/// caller's (the daemon's guard), so rmcp's own are off.
-pub fn http_service(server: McpServer, cancel: tokio_util::sync::CancellationToken) -> HttpService {
+/// caller's (the daemon's guard), so rmcp's own are off. A session with no
+/// request and no running call for `idle` is closed and its implicit
+/// kernel disposed (`None`: never; see `hygiene`).
+pub fn http_service(
+    server: McpServer,
+    cancel: tokio_util::sync::CancellationToken,
+    idle: Option<std::time::Duration>,
+) -> HttpService {
     use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
     let config = StreamableHttpServerConfig::default()
         .disable_allowed_hosts()
         .disable_allowed_origins()
-        .with_cancellation_token(cancel);
+        .with_cancellation_token(cancel.clone());
     // rmcp ends a session with no traffic for `keep_alive`, even while a
     // call runs: longer than the longest cell (one day), so a quiet cell
-    // or a pause never costs a session its kernel; abandoned sessions'
-    // kernels go to the idle reaper long before.
+    // or a pause never costs a session its kernel; the idle close (which
+    // knows about running cells) ends abandoned sessions long before.
     let mut sessions =
         rmcp::transport::streamable_http_server::session::local::LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(SESSION_KEEP_ALIVE);
-    rmcp::transport::StreamableHttpService::new(
+    let sessions = Arc::new(sessions);
+    let activity = server.activity.clone();
+    let manager = server.runner.manager().clone();
+    let inner = rmcp::transport::StreamableHttpService::new(
         move || Ok(server.fresh()),
-        Arc::new(sessions),
+        sessions.clone(),
         config,
-    )
+    );
+    HttpService::new(inner, activity, &sessions, manager, idle, cancel)
 }

@@ -64,6 +64,9 @@ pub struct ServerOptions {
     /// Largest file upload in bytes (`[files] max_upload_mib`, default
     /// 1 GiB); `None`: only the workspace quota bounds it.
     pub max_upload_bytes: Option<u64>,
+    /// An MCP session with no request and no running cell this long is
+    /// closed (`[mcp] idle_session_seconds`; `None`: never).
+    pub mcp_idle_session: Option<Duration>,
 }
 
 impl Default for ServerOptions {
@@ -76,6 +79,7 @@ impl Default for ServerOptions {
             bound: None,
             limits: HttpLimits::default(),
             max_upload_bytes: cellhost::config::FilesConfig::default().max_upload_bytes(),
+            mcp_idle_session: Some(Duration::from_secs(600)),
         }
     }
 }

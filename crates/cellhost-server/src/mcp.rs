@@ -50,5 +50,9 @@ impl CellRunner for DaemonRunner {
 /// The `/mcp` service for this daemon.
 pub(crate) fn service(state: &AppState) -> cellhost_mcp::HttpService {
     let server = McpServer::new(Arc::new(DaemonRunner(state.clone())));
-    cellhost_mcp::http_service(server, state.mcp_stop.clone())
+    cellhost_mcp::http_service(
+        server,
+        state.mcp_stop.clone(),
+        state.options.mcp_idle_session,
+    )
 }

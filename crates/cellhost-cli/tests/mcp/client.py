@@ -3,12 +3,15 @@
     python client.py stdio CELLHOST DATA_DIR
     python client.py http URL TOKEN
     python client.py codemode CELLHOST DATA_DIR CONFIG
+    python client.py hygiene URL TOKEN  (a daemon with idle_session_seconds = 2)
 
 Each scenario asserts what a real client sees and prints "OK <scenario>"
 at the end; any failed assertion exits non-zero with the reason.
 """
 
 import json
+import logging
+import os
 import re
 import sys
 import time
@@ -258,12 +261,88 @@ async def codemode(cellhost, data_dir, config):
             assert "42" in text(r), text(r)
 
 
+class Captured(logging.Handler):
+    """Every log record any logger (the SDK's included) emits."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(") ", 1)[1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def hygiene(url, token):
+    captured = Captured()
+    root = logging.getLogger()
+    root.addHandler(captured)
+    root.setLevel(logging.DEBUG)
+
+    # A clean close (the SDK sends DELETE) logs no warning; a result of a
+    # call that named a session says which.
+    async with streamable_http_client(url, http_client=http_client(token)) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            res = await run(s, "6 * 7", session="conv-h")
+            assert text(res).startswith('[session "conv-h"]\n'), text(res)
+            assert "]: 42" in text(res), text(res)
+            res = await run(s, "import os\nos.getpid()")
+            assert "[session" not in text(res), text(res)
+            closed_pid = int(res.structured_content["value"])
+    # The capture sees the SDK's own records (so it would see the warning).
+    assert any("StreamableHTTP" in m for m in captured.messages), captured.messages[:20]
+    failed = [m for m in captured.messages if "Session termination failed" in m]
+    assert not failed, failed
+    # ...and its implicit kernel is disposed.
+    deadline = time.monotonic() + 10
+    while alive(closed_pid):
+        assert time.monotonic() < deadline, "the closed session's kernel is still alive"
+        await anyio.sleep(0.1)
+
+    # An abandoned client (no DELETE) loses its kernel after the idle
+    # period; a quiet cell longer than that in another session runs on.
+    async with streamable_http_client(url, http_client=http_client(token)) as (rl, wl):
+        async with ClientSession(rl, wl) as busy:
+            await busy.initialize()
+            await run(busy, "keep = 'kept'")
+            async with streamable_http_client(
+                url, http_client=http_client(token), terminate_on_close=False
+            ) as (ra, wa):
+                async with ClientSession(ra, wa) as gone:
+                    await gone.initialize()
+                    res = await run(gone, "import os\nos.getpid()")
+                    pid = int(res.structured_content["value"])
+            assert alive(pid), "the abandoned kernel went at once, not after the idle period"
+            res = await run(busy, "import time\ntime.sleep(5)\nkeep", timeout=60)
+            assert not res.is_error and "kept" in text(res), text(res)
+            assert res.structured_content["kernel"]["reused"] is True, res.structured_content
+            deadline = time.monotonic() + 10
+            while alive(pid):
+                assert time.monotonic() < deadline, "the abandoned client's kernel %d is still alive" % pid
+                await anyio.sleep(0.1)
+            # The busy session is still open, its state kept.
+            res = await run(busy, "keep")
+            assert not res.is_error and "kept" in text(res), text(res)
+    failed = [m for m in captured.messages if "Session termination failed" in m]
+    assert not failed, failed
+
+
 def main():
     scenario = sys.argv[1]
     if scenario == "stdio":
         anyio.run(stdio, sys.argv[2], sys.argv[3])
     elif scenario == "http":
         anyio.run(http, sys.argv[2], sys.argv[3])
+    elif scenario == "hygiene":
+        anyio.run(hygiene, sys.argv[2], sys.argv[3])
     elif scenario == "codemode":
         anyio.run(codemode, sys.argv[2], sys.argv[3], sys.argv[4])
     else:

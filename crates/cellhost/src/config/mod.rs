@@ -10,6 +10,7 @@ mod files;
 mod history;
 mod lifecycle;
 mod limits;
+mod mcp;
 mod mcp_servers;
 mod packages;
 mod sandbox;
@@ -26,6 +27,7 @@ pub use files::FilesConfig;
 pub use history::HistoryConfig;
 pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;
+pub use mcp::McpConfig;
 pub use mcp_servers::McpServerConfig;
 pub use packages::{KernelConfig, PackagesConfig};
 pub use sandbox::{Network, Profile, SandboxConfig};
@@ -61,6 +63,8 @@ pub struct Config {
     pub packages: PackagesConfig,
     /// `[kernel]`: what pooled kernels import before they are handed out.
     pub kernel: KernelConfig,
+    /// `[mcp]`: the daemon's MCP sessions (idle close).
+    pub mcp: McpConfig,
 }
 
 /// Why a configuration file could not be used.
