@@ -201,7 +201,8 @@ impl ManagerOptions {
         let mut strict = strict.clone();
         if let Some(range) = strict.uid_range {
             if nix::unistd::geteuid().is_root() {
-                let uid = super::uids::ensure(&self.workspace_root(), dir, range, strict.uid, seed)?;
+                let uid =
+                    super::uids::ensure(&self.workspace_root(), dir, range, strict.uid, seed)?;
                 strict = strict.user(uid, uid);
             }
         }
