@@ -130,7 +130,11 @@ async fn another_sessions_workspace_and_staging_dir_are_out_of_reach() {
     let b_ws: Vec<_> = std::fs::read_dir(b.dir.path().join("kernels"))
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.file_name().unwrap().to_str().unwrap().starts_with("ws-"))
+        .filter(|p| {
+            // `ws-<id>`, not its package dir `ws-<id>.pkgs`.
+            let name = p.file_name().unwrap().to_str().unwrap();
+            name.starts_with("ws-") && !name.ends_with(".pkgs")
+        })
         .collect();
     assert_eq!(b_ws.len(), 1);
     let b_file = b_ws[0].join("mine.txt");

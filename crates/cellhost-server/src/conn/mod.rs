@@ -275,7 +275,9 @@ async fn connection(
     let mut builder = http1::Builder::new();
     // Our own watch does the header timeout (and the idle one hyper lacks).
     builder.timer(TokioTimer::new()).header_read_timeout(None);
-    let conn = builder.serve_connection(io, service);
+    // Upgrades: the Jupyter kernel WebSocket (after the upgrade the socket
+    // belongs to the WebSocket task, outside these timeouts and caps).
+    let conn = builder.serve_connection(io, service).with_upgrades();
     let mut conn = std::pin::pin!(conn);
     let mut shutting_down = false;
     loop {
