@@ -2,104 +2,12 @@
 //! byte-exact, path attacks a cell plants refused, files surviving a
 //! daemon restart and gone with the session.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-#[allow(dead_code)]
-struct Daemon {
-    child: Child,
-    url: String,
-    banner: String,
-}
-
-#[allow(dead_code)]
-impl Daemon {
-    fn start(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellhost"));
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data)
-            .args(extra)
-            .env_remove("CELLHOST_TOKEN")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut banner = String::new();
-        let url = loop {
-            let mut line = String::new();
-            if out.read_line(&mut line).unwrap() == 0 {
-                panic!("serve exited before listening: {banner}");
-            }
-            banner.push_str(&line);
-            if let Some(rest) = line.split("listening on ").nth(1) {
-                break rest.split_whitespace().next().unwrap().to_owned();
-            }
-        };
-        // The next line names the dashboard.
-        out.read_line(&mut banner).unwrap();
-        // Keep draining stdout so the daemon never blocks on a full pipe.
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            let _ = out.read_to_string(&mut sink);
-        });
-        Daemon { child, url, banner }
-    }
-
-    fn none(data: &Path) -> Daemon {
-        Daemon::start(data, &["--sandbox", "none"], &[])
-    }
-
-    fn cli(&self, args: &[&str]) -> Output {
-        self.cli_env(args, &[])
-    }
-
-    fn cli_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellhost"));
-        cmd.args(args)
-            .env("CELLHOST_URL", &self.url)
-            .env_remove("CELLHOST_TOKEN")
-            .stdin(Stdio::null());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        cmd.output().unwrap()
-    }
-
-    /// SIGTERM and wait; returns the exit code.
-    fn stop(mut self) -> Option<i32> {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let end = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < end {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st.code();
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!("serve did not stop after SIGTERM");
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let end = Instant::now() + Duration::from_secs(20);
-            while Instant::now() < end && matches!(self.child.try_wait(), Ok(None)) {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
+mod common;
+use common::daemon::Daemon;
 
 fn text(o: &Output) -> (String, String) {
     (

@@ -236,8 +236,17 @@ fn a_connection_flood_is_refused_past_the_cap_and_reaped_while_kept_alive_client
     let r = d.call("GET", "/v1/kernels", "");
     assert_eq!(r.status, 200, "{}", r.body);
     assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
-    assert!(metric(&d, "cellhost_connections_refused_total") >= 300.0);
-    assert!(metric(&d, "cellhost_connections_header_timeouts_total") >= 200.0);
+    // Every flood connection was closed by the daemon, each for a counted
+    // reason: refused past the cap, or the header timeout. (How many of
+    // each depends on how fast the daemon accepted while the flood
+    // arrived: one accepted after an idle one was reaped is timed out,
+    // not refused.)
+    let refused = metric(&d, "cellhost_connections_refused_total");
+    let timed_out = metric(&d, "cellhost_connections_header_timeouts_total");
+    assert!(
+        refused >= 1.0 && refused + timed_out >= 600.0,
+        "{refused} refused, {timed_out} timed out of 600"
+    );
     drop(flood);
 }
 

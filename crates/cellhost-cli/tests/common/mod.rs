@@ -1,0 +1,3 @@
+//! Helpers shared by the CLI's integration tests.
+
+pub(crate) mod daemon;
