@@ -142,11 +142,15 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
             .lifecycle(&config.lifecycle)
             .preload(config.kernel.preload.clone())
             .workspace_quota(config.limits.workspace_quota())
+            .workspace_fs(config.limits.workspace_fs)
             .kernel(opts.clone())
             .remote(&config)
             .tools(tools),
     )
     .await;
+    if let Some(warning) = manager.workspace_fs_warning() {
+        eprintln!("{warning}");
+    }
     Ok(Host {
         config,
         opts,

@@ -20,6 +20,11 @@ pub struct LimitsConfig {
     pub cgroups: bool,
     /// Bytes a session's workspace may hold, in MiB (default 4096).
     pub workspace_mib: u64,
+    /// Each workspace on a loop-mounted filesystem of its own sized to
+    /// `workspace_mib`, so a cell's own writes stop at the quota (ENOSPC);
+    /// where the host cannot (not root, no loop devices, no mkfs.ext4),
+    /// uploads alone respect the quota and start-up says so. Default true.
+    pub workspace_fs: bool,
 }
 
 impl Default for LimitsConfig {
@@ -34,6 +39,7 @@ impl Default for LimitsConfig {
             max_file_size_mib: or0(d.max_file_size_bytes) / MIB,
             cgroups: d.cgroups,
             workspace_mib: 4096,
+            workspace_fs: true,
         }
     }
 }

@@ -186,6 +186,19 @@ impl Workspace {
             })
             .await;
         };
+        // The workspace's own filesystem is full (its volume is sized to
+        // the quota): the quota, as the count would have said.
+        let quota = self.quota;
+        let full = |err: std::io::Error| match (err.raw_os_error(), quota) {
+            (Some(libc::ENOSPC | libc::EDQUOT), Some(quota)) => FileError::QuotaExceeded {
+                quota_mib: quota / MIB,
+                used_mib: quota / MIB,
+            },
+            _ => FileError::Io {
+                about: "write the upload",
+                err,
+            },
+        };
         let mut file = tokio::fs::File::from_std(std::fs::File::from(file));
         let mut hasher = sha2::Sha256::new();
         let mut size: u64 = 0;
@@ -213,11 +226,9 @@ impl Workspace {
                     }
                 }
                 hasher.update(&buf[..n]);
-                file.write_all(&buf[..n])
-                    .await
-                    .map_err(io_err("write the upload"))?;
+                file.write_all(&buf[..n]).await.map_err(full)?;
             }
-            file.flush().await.map_err(io_err("write the upload"))
+            file.flush().await.map_err(full)
         }
         .await;
         drop(file);

@@ -39,7 +39,7 @@ impl KernelManager {
     pub fn workspace(&self, owner: &str) -> Result<crate::files::Workspace, super::ManagerError> {
         super::key::validate_owner(owner)?;
         let opts = &self.shared.opts;
-        let dir = workspace::of_owner(&opts.workspace_root(), owner);
+        let dir = workspace::of_owner(&opts.workspace_root(), owner, opts.volumes());
         Ok(crate::files::Workspace::new(
             dir.clone(),
             opts.workspace_in_kernel(&dir),

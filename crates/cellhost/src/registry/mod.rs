@@ -23,6 +23,7 @@ mod recovery;
 mod remote;
 mod slot;
 mod uids;
+mod volume;
 mod workspace;
 
 use std::collections::HashMap;
@@ -100,6 +101,8 @@ struct Shared {
     pool: pool::Pool,
     counters: Counters,
     recovery: RecoveryReport,
+    /// Why workspaces are not on volumes of their own, when asked for.
+    fs_warning: Option<String>,
 }
 
 impl Shared {
@@ -128,6 +131,19 @@ impl KernelManager {
     /// reaper. Must be called within a tokio runtime.
     pub async fn start(mut opts: ManagerOptions) -> KernelManager {
         opts.kernel.record_dir = Some(opts.record_dir());
+        let fs_warning = match (opts.workspace_fs, opts.workspace_quota) {
+            (true, Some(quota)) => volume::unavailable().map(|why| {
+                opts.workspace_fs = false;
+                format!(
+                    "cellhost: warning: workspaces are not on filesystems of their own ({why}): \
+                     the quota ([limits] workspace_mib = {}) bounds uploads only; a cell's own \
+                     writes are bounded per file ([limits] max_file_size_mib), not per workspace, \
+                     and can fill the data dir's filesystem",
+                    quota / (1024 * 1024)
+                )
+            }),
+            _ => None,
+        };
         let recovery = {
             let (records, staging, age, workspaces) = (
                 opts.record_dir(),
@@ -144,6 +160,7 @@ impl KernelManager {
             .unwrap_or_default()
         };
         let shared = Arc::new(Shared {
+            fs_warning,
             backends: remote::backends(&opts),
             pool: pool::Pool::new(opts.warm_pool),
             opts,
@@ -159,6 +176,12 @@ impl KernelManager {
     /// What start-up recovery found.
     pub fn recovery(&self) -> &RecoveryReport {
         &self.shared.recovery
+    }
+
+    /// Set when workspace filesystems were asked for and the host cannot
+    /// have them: what is unbounded (front ends print it at start).
+    pub fn workspace_fs_warning(&self) -> Option<&str> {
+        self.shared.fs_warning.as_deref()
     }
 
     /// The options this manager runs with.
@@ -341,6 +364,7 @@ impl KernelManager {
     ) -> Result<(Kernel, bool), crate::kernel::SpawnError> {
         let opts = &self.shared.opts;
         let root = opts.workspace_root();
+        let vols = opts.volumes();
         // A miss (an empty pool, or dead pooled kernels) asks for a refill
         // too: refills otherwise follow only pool hits.
         let mut refill = false;
@@ -360,9 +384,9 @@ impl KernelManager {
                     }
                     adopted => {
                         if adopted.is_some() {
-                            k.workspace_moved(workspace::of_owner(&root, &key.owner));
+                            k.workspace_moved(workspace::of_owner(&root, &key.owner, vols));
                         }
-                        k.packages_moved(workspace::packages_of_owner(&root, &key.owner));
+                        k.packages_moved(workspace::packages_of_owner(&root, &key.owner, vols));
                         let hits = &self.shared.counters.pool_hits;
                         hits.fetch_add(1, Ordering::Relaxed);
                         return Ok((k, true));
@@ -370,11 +394,11 @@ impl KernelManager {
                 }
             }
         }
-        let mut kernel =
-            opts.kernel_with_workspace(|| workspace::of_owner(&root, &key.owner), &key.owner)?;
+        let mut kernel = opts
+            .kernel_with_workspace(|| workspace::of_owner(&root, &key.owner, vols), &key.owner)?;
         if !kernel.sandbox.is_strict() && kernel.packages.dir.is_none() {
             // `none` kernels install into the same per-session dir.
-            kernel.packages.dir = Some(workspace::packages_of_owner(&root, &key.owner));
+            kernel.packages.dir = Some(workspace::packages_of_owner(&root, &key.owner, vols));
         }
         if let Some(p) = &key.spec.python {
             kernel.python = Some(p.clone());
@@ -522,6 +546,8 @@ impl KernelManager {
         for dir in pool_dirs {
             workspace::remove_pooled(&root, &dir);
         }
+        // No volume of ours stays mounted (a restart mounts them again).
+        volume::unmount_all(&root, |m| workspace::in_live_pool(&root, m));
         self.shared.backends.shutdown().await;
     }
 }

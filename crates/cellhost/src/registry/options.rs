@@ -43,6 +43,13 @@ pub struct ManagerOptions {
     /// Bytes a session's workspace may hold (`[limits] workspace_mib`,
     /// default 4096 MiB); `None`: unlimited. Uploads respect it.
     pub workspace_quota: Option<u64>,
+    /// Each workspace on a loop-mounted filesystem of its own sized to the
+    /// quota (`[limits] workspace_fs`, default on): the kernel's
+    /// filesystem stops a cell's writes past it. Where the host cannot
+    /// (not root, no loop devices, no `mkfs.ext4`) or there is no quota,
+    /// [`KernelManager::start`](super::KernelManager::start) turns it off
+    /// and says why ([`workspace_fs_warning`](super::KernelManager::workspace_fs_warning)).
+    pub workspace_fs: bool,
 }
 
 impl ManagerOptions {
@@ -61,6 +68,7 @@ impl ManagerOptions {
             tools: ToolSet::new(),
             preload: Vec::new(),
             workspace_quota: crate::config::LimitsConfig::default().workspace_quota(),
+            workspace_fs: true,
         }
     }
 
@@ -68,6 +76,28 @@ impl ManagerOptions {
     pub fn workspace_quota(mut self, bytes: Option<u64>) -> Self {
         self.workspace_quota = bytes;
         self
+    }
+
+    /// Whether workspaces get a filesystem of their own (see
+    /// [`ManagerOptions::workspace_fs`]).
+    pub fn workspace_fs(mut self, on: bool) -> Self {
+        self.workspace_fs = on;
+        self
+    }
+
+    /// Whether this manager's workspaces live in volumes (decided at start).
+    pub(crate) fn volumes(&self) -> bool {
+        self.workspace_fs && self.workspace_quota.is_some()
+    }
+
+    /// Mount `ws`'s volume when it lies in one (see `volume.rs`).
+    pub(crate) fn ensure_volume(&self, ws: &Path) -> std::io::Result<()> {
+        match (super::volume::of_workspace(ws), self.workspace_quota) {
+            (Some(vol), Some(quota)) if self.workspace_fs => {
+                super::volume::ensure(&self.workspace_root(), vol, quota)
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Apply `[backends.*]` and `default_backend`.
@@ -178,6 +208,11 @@ impl ManagerOptions {
         }
         if let Some(strict) = self.managed_strict() {
             let dir = dir();
+            self.ensure_volume(&dir)
+                .map_err(|err| SandboxError::Workspace {
+                    path: dir.clone(),
+                    err,
+                })?;
             let strict = self.strict_for(strict, &dir, seed)?;
             opts.sandbox = Sandbox::Strict(strict.workspace(dir));
         } else if self.managed_plain() {
@@ -223,6 +258,7 @@ impl ManagerOptions {
         let this = self.clone();
         std::sync::Arc::new(move |dir: &Path| {
             use std::os::unix::fs::DirBuilderExt;
+            this.ensure_volume(dir)?;
             if let Some(parent) = dir.parent() {
                 std::fs::DirBuilder::new()
                     .recursive(true)

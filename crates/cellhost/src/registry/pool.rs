@@ -106,10 +106,11 @@ pub(super) fn refill(shared: &Arc<Shared>) {
         }
         let weak = Arc::downgrade(shared);
         let root = shared.opts.workspace_root();
+        let vols = shared.opts.volumes();
         let mut ws = None;
         let made = shared.opts.kernel_with_workspace(
             || {
-                let dir = workspace::pool_dir(&root);
+                let dir = workspace::pool_dir(&root, vols);
                 ws = Some(dir.clone());
                 dir
             },
@@ -121,7 +122,7 @@ pub(super) fn refill(shared: &Arc<Shared>) {
                 // No uid or workspace for a pooled kernel: stop refilling
                 // (owners still get kernels spawned on demand, which say why).
                 if let Some(dir) = &ws {
-                    workspace::remove(&root, dir);
+                    workspace::remove_pooled(&root, dir);
                 }
                 pool.ready().broken = true;
                 pool.filling.fetch_sub(1, Ordering::SeqCst);

@@ -89,14 +89,19 @@ fn free_uid(root: &Path, (lo, hi): (u32, u32), seed: &str) -> Result<u32, Sandbo
         .ok_or(SandboxError::UidRangeFull { lo, hi })
 }
 
-/// Owners of every workspace under `root`: `<root>/.pool-*`,
-/// `<root>/<home>/ws` and, recursively, `<home>/children/<home>/ws`.
+/// Owners of every workspace under `root`: `<root>/.pool-*` (or its
+/// volume's `fs/ws`), `<root>/<home>/ws` (or `<home>/vol/fs/ws`) and, recursively, `<home>/children/<home>/ws`.
 /// Never follows a symlink.
 fn used_uids(root: &Path) -> BTreeSet<u32> {
     fn home(dir: &Path, out: &mut BTreeSet<u32>) {
-        if let Ok(m) = std::fs::symlink_metadata(dir.join("ws")) {
-            if m.is_dir() {
-                out.insert(m.uid());
+        for ws in [
+            dir.join("ws"),
+            super::volume::workspace_in(&dir.join(super::volume::VOLUME)),
+        ] {
+            if let Ok(m) = std::fs::symlink_metadata(ws) {
+                if m.is_dir() {
+                    out.insert(m.uid());
+                }
             }
         }
         for child in entries(&dir.join("children")) {
@@ -118,8 +123,11 @@ fn used_uids(root: &Path) -> BTreeSet<u32> {
             .file_name()
             .is_some_and(|n| n.to_string_lossy().starts_with(".pool-"));
         if pooled {
-            if let Ok(m) = std::fs::symlink_metadata(&dir) {
-                out.insert(m.uid());
+            // A pooled workspace is the dir itself, or the one in its volume.
+            for ws in [dir.clone(), super::volume::workspace_in(&dir)] {
+                if let Ok(m) = std::fs::symlink_metadata(ws) {
+                    out.insert(m.uid());
+                }
             }
         } else {
             home(&dir, &mut out);

@@ -17,6 +17,7 @@ use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use super::key::CHILD_SEPARATOR;
+use super::volume;
 
 /// Prefix of pooled kernels' workspaces.
 const POOL_PREFIX: &str = ".pool-";
@@ -56,31 +57,64 @@ pub(crate) fn home(root: &Path, owner: &str) -> PathBuf {
     path
 }
 
-/// `owner`'s package dir (what `%pip` installs; see [`crate::packages`]).
-pub(crate) fn packages_of_owner(root: &Path, owner: &str) -> PathBuf {
-    home(root, owner).join("pkgs")
+/// `owner`'s package dir (what `%pip` installs; see [`crate::packages`]):
+/// beside its workspace (in its volume when it has one).
+pub(crate) fn packages_of_owner(root: &Path, owner: &str, volumes: bool) -> PathBuf {
+    crate::packages::dir_for_workspace(&of_owner(root, owner, volumes))
 }
 
-/// Remove a pooled kernel's workspace and the package dir beside it.
+/// Remove a pooled kernel's workspace and the package dir beside it (its
+/// whole volume when it has one).
 pub(crate) fn remove_pooled(root: &Path, dir: &Path) {
+    if let Some(vol) = volume::of_workspace(dir) {
+        remove(root, vol);
+        return;
+    }
     remove(root, dir);
     remove(root, &crate::packages::dir_for_workspace(dir));
 }
 
-/// The directory mounted at `/workspace` for `owner`'s kernels.
-pub(crate) fn of_owner(root: &Path, owner: &str) -> PathBuf {
-    home(root, owner).join("ws")
+/// The directory mounted at `/workspace` for `owner`'s kernels:
+/// `<home>/ws`, or with `volumes` `<home>/vol/fs/ws` (in the volume; a
+/// `<home>/ws` made before volumes were on is kept, unbounded).
+pub(crate) fn of_owner(root: &Path, owner: &str, volumes: bool) -> PathBuf {
+    let home = home(root, owner);
+    if volumes {
+        let vol = home.join(volume::VOLUME);
+        let legacy = home.join("ws");
+        let legacy_only = std::fs::symlink_metadata(&vol).is_err()
+            && std::fs::symlink_metadata(&legacy).is_ok_and(|m| m.is_dir());
+        if !legacy_only {
+            return volume::workspace_in(&vol);
+        }
+    }
+    home.join("ws")
 }
 
-/// `<root>/.pool-<host pid>-<host start time>-<random>`: the host is in
-/// the name so a sweep never takes a live host's pool.
-pub(crate) fn pool_dir(root: &Path) -> PathBuf {
+/// A pooled kernel's workspace: `<root>/.pool-<host pid>-<host start
+/// time>-<random>` (the host is in the name so a sweep never takes a live
+/// host's pool), or with `volumes` the workspace in a volume dir so named.
+pub(crate) fn pool_dir(root: &Path, volumes: bool) -> PathBuf {
     let pid = std::process::id();
     let start = crate::kernel::process_start_time(pid).unwrap_or(0);
-    root.join(format!(
+    let dir = root.join(format!(
         "{POOL_PREFIX}{pid}-{start}-{}",
         crate::kernel::random_hex(6)
-    ))
+    ));
+    if volumes {
+        volume::workspace_in(&dir)
+    } else {
+        dir
+    }
+}
+
+/// `true` when `path` (under `root`) lies in a live other host's pool.
+pub(crate) fn in_live_pool(root: &Path, path: &Path) -> bool {
+    path.strip_prefix(root)
+        .ok()
+        .and_then(|rest| rest.components().next())
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .is_some_and(|name| name.starts_with(POOL_PREFIX) && pool_host_alive(&name))
 }
 
 /// `true` when a pool dir's name names a host that still runs.
@@ -117,6 +151,9 @@ pub(crate) fn remove(root: &Path, dir: &Path) -> bool {
             _ => return false,
         }
     }
+    // Volumes in it (its own, its children's) are detached first: their
+    // kernels are gone, and the loop devices go with the mounts.
+    crate::sys::mount::unmount_under(dir);
     std::fs::remove_dir_all(dir).is_ok()
 }
 
@@ -125,8 +162,23 @@ pub(crate) fn remove(root: &Path, dir: &Path) -> bool {
 /// either (then `false`: the pooled kernel cannot serve this owner, whose
 /// files live elsewhere).
 pub(crate) fn adopt(root: &Path, pooled: &Path, owner: &str) -> bool {
-    let target = of_owner(root, owner);
-    let pkgs = packages_of_owner(root, owner);
+    if let Some(vol) = volume::of_workspace(pooled) {
+        // One rename of the volume dir: the mount inside follows it.
+        let home = home(root, owner);
+        let target = home.join(volume::VOLUME);
+        if std::fs::symlink_metadata(&target).is_ok()
+            || std::fs::symlink_metadata(home.join("ws")).is_ok()
+        {
+            return false;
+        }
+        let made = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&home);
+        return made.is_ok() && rename_noreplace(vol, &target);
+    }
+    let target = of_owner(root, owner, false);
+    let pkgs = packages_of_owner(root, owner, false);
     if std::fs::symlink_metadata(&target).is_ok() || std::fs::symlink_metadata(&pkgs).is_ok() {
         return false;
     }
@@ -211,9 +263,9 @@ mod tests {
     #[test]
     fn children_live_in_their_parents_home_but_outside_its_workspace() {
         let root = Path::new("/r");
-        let parent = of_owner(root, "p");
-        let child = of_owner(root, "p::child::c");
-        let grandchild = of_owner(root, "p::child::c::child::g");
+        let parent = of_owner(root, "p", false);
+        let child = of_owner(root, "p::child::c", false);
+        let grandchild = of_owner(root, "p::child::c::child::g", false);
         assert!(child.starts_with(home(root, "p")));
         assert!(
             !child.starts_with(&parent),
@@ -227,12 +279,14 @@ mod tests {
     #[test]
     fn a_pooled_workspace_is_adopted_only_by_an_owner_without_one() {
         let root = tempfile::tempdir().unwrap();
-        let pooled = pool_dir(root.path());
+        let pooled = pool_dir(root.path(), false);
         std::fs::create_dir(&pooled).unwrap();
         std::fs::write(pooled.join("f"), "x").unwrap();
         assert!(adopt(root.path(), &pooled, "a::child::b"));
-        assert!(of_owner(root.path(), "a::child::b").join("f").exists());
-        let second = pool_dir(root.path());
+        assert!(of_owner(root.path(), "a::child::b", false)
+            .join("f")
+            .exists());
+        let second = pool_dir(root.path(), false);
         std::fs::create_dir(&second).unwrap();
         assert!(
             !adopt(root.path(), &second, "a::child::b"),
@@ -248,7 +302,7 @@ mod tests {
         assert_eq!(sweep_pool_dirs(root.path()), 1, "a dead host's pool goes");
         assert!(!dead.exists() && second.exists());
         assert!(remove(root.path(), &home(root.path(), "a")));
-        assert!(!of_owner(root.path(), "a::child::b").exists());
+        assert!(!of_owner(root.path(), "a::child::b", false).exists());
     }
 
     #[test]

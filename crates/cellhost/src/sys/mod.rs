@@ -6,6 +6,7 @@
 
 mod death;
 mod fs;
+pub(crate) mod mount;
 mod random;
 mod unix;
 

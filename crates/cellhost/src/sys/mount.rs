@@ -1,0 +1,212 @@
+//! Loop-mounted filesystem images (the per-session workspace volumes):
+//! attach an image to a free loop device with `LO_FLAGS_AUTOCLEAR` and
+//! mount it; find and detach mounts under a directory.
+//!
+//! The loop device is configured with autoclear and our fd closed once the
+//! mount holds it: the device frees itself when the last mount of it goes,
+//! in whichever mount namespace (a sandbox's bind of the volume) that is.
+//! A failed mount frees it too. Nothing here ever leaves a device that no
+//! mount uses.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
+const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
+const LO_FLAGS_AUTOCLEAR: u32 = 4;
+
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+#[repr(C)]
+struct LoopConfig {
+    fd: u32,
+    block_size: u32,
+    info: LoopInfo64,
+    reserved: [u64; 8],
+}
+
+fn cstr(p: &Path) -> io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+/// Attach `image` to a free loop device (autoclear) and mount it at
+/// `target` as `fstype` with `data` options, `nosuid,nodev`.
+///
+/// # Errors
+/// No loop device could be had, or the mount failed (the device is freed).
+pub(crate) fn mount_image(image: &Path, target: &Path, fstype: &str, data: &str) -> io::Result<()> {
+    let backing = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(image)?;
+    let control = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open("/dev/loop-control")?;
+    // Another process may take the device we were offered: ask again.
+    for _ in 0..64 {
+        // SAFETY: an ioctl on an open fd, without argument.
+        let n = unsafe { libc::ioctl(control.as_raw_fd(), LOOP_CTL_GET_FREE as _) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let dev = PathBuf::from(format!("/dev/loop{n}"));
+        let device = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&dev)
+        {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        // SAFETY: all-zero is a valid loop_config.
+        let mut config: LoopConfig = unsafe { std::mem::zeroed() };
+        config.fd = backing.as_raw_fd() as u32;
+        config.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+        let name = image.as_os_str().as_bytes();
+        let len = name.len().min(63);
+        config.info.lo_file_name[..len].copy_from_slice(&name[..len]);
+        // SAFETY: a valid loop_config for the device's fd.
+        let r = unsafe { libc::ioctl(device.as_raw_fd(), LOOP_CONFIGURE as _, &config) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                continue;
+            }
+            return Err(e);
+        }
+        let (src, dst, fs, opts) = (
+            cstr(&dev)?,
+            cstr(target)?,
+            CString::new(fstype).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+            CString::new(data).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        );
+        // SAFETY: valid NUL-terminated strings.
+        let r = unsafe {
+            libc::mount(
+                src.as_ptr(),
+                dst.as_ptr(),
+                fs.as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                opts.as_ptr().cast(),
+            )
+        };
+        // Dropping `device` now: with autoclear the mount keeps it (or,
+        // on failure, the device is freed here).
+        drop(device);
+        return if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        };
+    }
+    Err(io::Error::new(
+        io::ErrorKind::ResourceBusy,
+        "no free loop device",
+    ))
+}
+
+/// `true` when `path` is the root of a mount (not through a symlink).
+pub(crate) fn is_mount_point(path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(me), Some(parent)) = (std::fs::symlink_metadata(path), path.parent()) else {
+        return false;
+    };
+    if !me.is_dir() {
+        return false;
+    }
+    match std::fs::symlink_metadata(parent) {
+        Ok(up) => up.dev() != me.dev() || up.ino() == me.ino(),
+        Err(_) => false,
+    }
+}
+
+/// Mount points at or under `dir` in this mount namespace, deepest first.
+pub(crate) fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = text
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(unescape(p)))
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    out.dedup();
+    out
+}
+
+/// mountinfo's octal escapes (`\040` for a space, ...).
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(u8::is_ascii_digit) {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Detach every mount at or under `dir` (lazily: a sandbox's own bind of
+/// it lives on until its kernel dies). Returns how many were detached.
+pub(crate) fn unmount_under(dir: &Path) -> usize {
+    let mut n = 0;
+    // A path can carry stacked mounts: detach until none is left.
+    for _ in 0..4 {
+        let found = mounts_under(dir);
+        if found.is_empty() {
+            break;
+        }
+        for m in found {
+            let Ok(c) = cstr(&m) else { continue };
+            // SAFETY: a valid NUL-terminated path.
+            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) } == 0 {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape("/a\\040b/c"), "/a b/c");
+        assert_eq!(unescape("/plain"), "/plain");
+        assert_eq!(unescape("/x\\"), "/x\\");
+    }
+}
