@@ -10,7 +10,7 @@
 //! and `/pkgs`: no host path.
 //!
 //! Cheap to make: `mkfs.ext4` runs once per manager root and size into a
-//! template (`<root>/.template-<bytes>.img`), copied per volume by its data
+//! template (`<root>/.template-<quota bytes>.img`), copied per volume by its data
 //! extents only (a few hundred KiB); inode tables are never initialised
 //! (`lazy_itable_init` with `noinit_itable`), so an image stays sparse.
 //!
@@ -86,7 +86,7 @@ pub(crate) fn ensure(root: &Path, vol: &Path, quota: u64) -> io::Result<()> {
     let image = vol.join(IMAGE);
     let fresh = std::fs::symlink_metadata(&image).is_err();
     if fresh {
-        let template = template(root, image_bytes(quota))?;
+        let template = template(root, quota)?;
         let tmp = vol.join(format!("{IMAGE}.tmp"));
         sparse_copy(&template, &tmp)?;
         std::fs::rename(&tmp, &image)?;
@@ -98,9 +98,47 @@ pub(crate) fn ensure(root: &Path, vol: &Path, quota: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// `<root>/.template-<bytes>.img`, made once with `mkfs.ext4`.
-fn template(root: &Path, bytes: u64) -> io::Result<PathBuf> {
-    let path = root.join(format!(".template-{bytes}.img"));
+/// Reserve (for root, as ext4's reserved blocks) every free block beyond
+/// `quota`: a kernel (never root) fills exactly its quota, whatever the
+/// metadata took.
+fn reserve_beyond(image: &Path, quota: u64) -> io::Result<()> {
+    let tool =
+        |name: &str| crate::sandbox::launch::find_program(name).unwrap_or_else(|| name.into());
+    let out = std::process::Command::new(tool("dumpe2fs"))
+        .arg("-h")
+        .arg(image)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let field = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let (Some(free), Some(block)) = (field("Free blocks:"), field("Block size:")) else {
+        return Err(io::Error::other("dumpe2fs: no free block count"));
+    };
+    let reserved = free.saturating_sub(quota.div_ceil(block));
+    let out = std::process::Command::new(tool("tune2fs"))
+        .arg("-r")
+        .arg(reserved.to_string())
+        .arg(image)
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        return Err(io::Error::other(format!(
+            "tune2fs failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// `<root>/.template-<quota bytes>.img`, made once with `mkfs.ext4`.
+fn template(root: &Path, quota: u64) -> io::Result<PathBuf> {
+    let bytes = image_bytes(quota);
+    let path = root.join(format!(".template-{quota}.img"));
     if path.exists() {
         return Ok(path);
     }
@@ -141,6 +179,7 @@ fn template(root: &Path, bytes: u64) -> io::Result<PathBuf> {
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }
+        reserve_beyond(&tmp, quota)?;
         std::fs::rename(&tmp, &path)
     })();
     if made.is_err() {

@@ -1,0 +1,185 @@
+//! Workspace volumes against real strict kernels and a real manager: the
+//! quota stops a cell's own writes (ENOSPC), files survive a restart and a
+//! manager that never shut down, and no mount or loop device is left after
+//! disposal or shutdown; a strict kernel's mountinfo names no host path.
+
+mod common;
+
+use std::path::Path;
+
+use cellhost::files::WriteLimits;
+use cellhost::registry::{KernelManager, ManagerOptions};
+use cellhost::{Cell, CellResult, Status, StrictSandbox};
+
+const MIB: u64 = 1024 * 1024;
+
+fn options(dir: &tempfile::TempDir, quota_mib: u64) -> ManagerOptions {
+    ManagerOptions::new(dir.path().join("data"))
+        .kernel(common::strict_options(dir, StrictSandbox::default()))
+        .warm_pool(0)
+        .idle_timeout(None)
+        .workspace_quota(Some(quota_mib * MIB))
+}
+
+async fn run(m: &KernelManager, owner: &str, code: &str) -> CellResult {
+    m.execute(owner, Cell::new(code)).await.expect("execute")
+}
+
+async fn ok(m: &KernelManager, owner: &str, code: &str) -> String {
+    let r = run(m, owner, code).await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    r.stdout
+}
+
+/// Mounts and loop devices anything under `dir` still holds.
+fn leftovers(dir: &Path) -> Vec<String> {
+    let dir = dir.to_string_lossy().into_owned();
+    let mut out: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&dir)))
+        .map(|l| format!("mount: {l}"))
+        .collect();
+    for e in std::fs::read_dir("/sys/block").unwrap().flatten() {
+        let backing = e.path().join("loop/backing_file");
+        if let Ok(file) = std::fs::read_to_string(&backing) {
+            if file.starts_with(&dir) {
+                out.push(format!("loop {:?}: {}", e.file_name(), file.trim()));
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_cells_writes_past_the_quota_get_enospc_and_the_next_cell_still_works() {
+    common::require_bwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(options(&dir, 16)).await;
+    assert_eq!(
+        m.workspace_fs_warning(),
+        None,
+        "this host is root with loop devices"
+    );
+    let r = run(
+        &m,
+        "s1",
+        "import subprocess\n\
+         p = subprocess.run(['dd', 'if=/dev/zero', 'of=/workspace/big', 'bs=1M', 'count=64'], capture_output=True, text=True)\n\
+         print(p.returncode, p.stderr)\n\
+         with open('/workspace/big2', 'wb') as f:\n    f.write(b'x' * (64 << 20))\n",
+    )
+    .await;
+    assert_eq!(r.status, Status::Error, "{r:?}");
+    assert!(
+        r.stdout.contains("No space left on device"),
+        "dd: {}",
+        r.stdout
+    );
+    let error = format!("{:?}", r.error);
+    assert!(
+        error.contains("No space left on device") || error.contains("28"),
+        "{error}"
+    );
+    // The next cell runs, sees what fitted, and can free space and write again.
+    let out = ok(
+        &m,
+        "s1",
+        "import os\nsize = os.path.getsize('/workspace/big')\nprint(size > 8 << 20, size <= 17 << 20)\n\
+         os.remove('/workspace/big'); os.remove('/workspace/big2')\n\
+         open('/workspace/small', 'w').write('fine')\nprint(open('/workspace/small').read())",
+    )
+    .await;
+    assert_eq!(out, "True True\nfine\n");
+    // An upload past what is left answers quota_exceeded, as before.
+    let ws = m.workspace("s1").unwrap();
+    ok(
+        &m,
+        "s1",
+        "open('/workspace/fill', 'wb').write(b'y' * (15 << 20))",
+    )
+    .await;
+    let err = ws
+        .write("up.bin", &vec![1u8; 4 << 20][..], WriteLimits::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "quota_exceeded", "{err}");
+    m.dispose_owner("s1").await;
+    assert_eq!(leftovers(dir.path()), Vec::<String>::new(), "after DELETE");
+    m.shutdown().await;
+    assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn files_survive_a_restart_and_a_manager_that_never_shut_down_and_nothing_stays_mounted() {
+    common::require_bwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(options(&dir, 64)).await;
+    // The workspace is a filesystem of its own, of the quota's size.
+    let out = ok(
+        &m,
+        "s1",
+        "import os\nv = os.statvfs('/workspace')\nprint(60 << 20 < v.f_bavail * v.f_frsize <= 64 << 20)\n\
+         open('/workspace/kept.txt', 'w').write('kept')",
+    )
+    .await;
+    assert_eq!(out, "True\n");
+    ok(&m, "s2", "open('/workspace/other.txt', 'w').write('other')").await;
+    m.shutdown().await;
+    assert_eq!(
+        leftovers(dir.path()),
+        Vec::<String>::new(),
+        "after shutdown"
+    );
+    // A restart mounts the volume again.
+    let m = KernelManager::start(options(&dir, 64)).await;
+    assert_eq!(
+        ok(&m, "s1", "print(open('/workspace/kept.txt').read())").await,
+        "kept\n"
+    );
+    // A manager that never shuts down (as a SIGKILLed daemon) leaves its
+    // mounts; the next one reuses them and detaches them at its end.
+    drop(m);
+    let m = KernelManager::start(options(&dir, 64)).await;
+    assert_eq!(
+        ok(&m, "s1", "print(open('/workspace/kept.txt').read())").await,
+        "kept\n"
+    );
+    assert_eq!(
+        ok(&m, "s2", "print(open('/workspace/other.txt').read())").await,
+        "other\n"
+    );
+    m.dispose_owner("s2").await;
+    assert!(
+        !leftovers(dir.path()).iter().any(|l| l.contains("s2-")),
+        "{:?}",
+        leftovers(dir.path())
+    );
+    m.shutdown().await;
+    assert_eq!(
+        leftovers(dir.path()),
+        Vec::<String>::new(),
+        "after the second shutdown"
+    );
+}
+
+#[tokio::test]
+async fn a_strict_kernels_mountinfo_names_no_host_path() {
+    common::require_bwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(options(&dir, 64)).await;
+    let info = ok(&m, "conv-7", "print(open('/proc/self/mountinfo').read())").await;
+    let data = dir.path().join("data");
+    let run = dir.path().join("run");
+    for (what, needle) in [
+        ("the data dir", data.to_string_lossy().into_owned()),
+        ("the runtime dir", run.to_string_lossy().into_owned()),
+        ("the temp dir", dir.path().to_string_lossy().into_owned()),
+        ("the session's dir name", "conv-7".to_owned()),
+        ("a workspaces dir", "workspaces".to_owned()),
+    ] {
+        assert!(!info.contains(&needle), "mountinfo shows {what}:\n{info}");
+    }
+    m.shutdown().await;
+    assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+}
