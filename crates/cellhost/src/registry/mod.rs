@@ -547,7 +547,10 @@ impl KernelManager {
             workspace::remove_pooled(&root, &dir);
         }
         // No volume of ours stays mounted (a restart mounts them again).
-        volume::unmount_all(&root, |m| workspace::in_live_pool(&root, m));
+        let _ = tokio::task::spawn_blocking(move || {
+            volume::unmount_all(&root, |m| workspace::in_live_pool(&root, m))
+        })
+        .await;
         self.shared.backends.shutdown().await;
     }
 }

@@ -242,6 +242,15 @@ pub(crate) fn unmount_all(root: &Path, keep: impl Fn(&Path) -> bool) -> usize {
             n += mount::unmount_under(&m);
         }
     }
+    // The loop devices clear themselves once the dead kernels' namespaces
+    // let go of their binds: wait for that (briefly), so nothing of ours
+    // is attached when the manager is gone.
+    for _ in 0..100 {
+        if mount::loops_under(root).iter().all(|f| keep(f)) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     n
 }
 

@@ -178,6 +178,18 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Backing files under `dir` of attached loop devices.
+pub(crate) fn loops_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(rd) = std::fs::read_dir("/sys/block") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("loop/backing_file")).ok())
+        .map(|f| PathBuf::from(f.trim_end_matches('\n').trim_end_matches(" (deleted)")))
+        .filter(|f| f.starts_with(dir))
+        .collect()
+}
+
 /// Detach every mount at or under `dir` (lazily: a sandbox's own bind of
 /// it lives on until its kernel dies). Returns how many were detached.
 pub(crate) fn unmount_under(dir: &Path) -> usize {
