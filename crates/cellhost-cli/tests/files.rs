@@ -163,3 +163,37 @@ fn a_one_gib_file_streams_through_the_daemon_in_bounded_memory() {
         peak - before
     );
 }
+
+#[test]
+fn a_sigkilled_daemons_workspace_mounts_are_reused_by_the_next_and_gone_when_it_stops() {
+    let data = tempfile::tempdir().unwrap();
+    let mut d = Daemon::start(data.path(), &[], &[]);
+    // The workspace is a filesystem of the quota's size (4096 MiB).
+    let out = ok(&d.cli(&[
+        "exec",
+        "-s",
+        "s1",
+        "import os\nv = os.statvfs('/workspace')\nprint(v.f_blocks * v.f_frsize <= 4300 << 20)\n\
+         n = open('/workspace/kept.txt', 'w').write('kept')",
+    ]));
+    assert_eq!(out, "True\n");
+    d.child.kill().unwrap(); // SIGKILL: no clean-up at all
+    d.child.wait().unwrap();
+    let left = common::daemon::leftovers(data.path());
+    assert!(
+        left.iter().any(|l| l.starts_with("mount ")),
+        "the killed daemon's volume stays mounted: {left:?}"
+    );
+    std::mem::forget(d); // its Drop would check for leftovers
+    let d = Daemon::start(data.path(), &[], &[]);
+    let out = ok(&d.cli(&[
+        "exec",
+        "-s",
+        "s1",
+        "print(open('/workspace/kept.txt').read())",
+    ]));
+    assert_eq!(out, "kept\n");
+    // Stopped cleanly, the daemon leaves no mount and no loop device
+    // (checked by `Daemon`'s drop).
+    assert_eq!(d.stop(), Some(0));
+}

@@ -459,6 +459,47 @@ impl Drop for Tmpfs {
 }
 
 #[test]
+fn a_workspace_on_its_own_filesystem_cannot_fill_the_data_dir() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "loop-mounted workspaces need root"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let _fs = Tmpfs::mount(&data, "48m");
+    let d = Daemon::start(&data, "[limits]\nworkspace_mib = 8\n", "strict", None);
+    let fill = "n = 0\ntry:\n    with open('/workspace/fill', 'wb') as f:\n        while True:\n            \
+                f.write(b'\\0' * (1 << 20)); f.flush(); n += 1\nexcept OSError as e:\n    print('full', e.errno, n <= 8)";
+    let r = d.exec("disk", fill);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(
+        r.json()["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("full 28 True"),
+        "{}",
+        r.body
+    );
+    // The data dir kept room: the history records the next cell.
+    let r = d.exec("disk", "print('z' * 40000)");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json().get("history").is_none(), "{}", r.body);
+    assert_eq!(d.call("GET", "/healthz", "").json()["status"], "ok");
+    drop(d);
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let data = data.to_string_lossy().into_owned();
+    let nested: Vec<&str> = mounts
+        .lines()
+        .filter(|l| {
+            l.split(' ')
+                .nth(4)
+                .is_some_and(|m| m.starts_with(&format!("{data}/")))
+        })
+        .collect();
+    assert!(nested.is_empty(), "the daemon left mounts: {nested:?}");
+}
+
+#[test]
 fn a_full_disk_under_the_history_is_said_in_the_answer_healthz_and_metrics() {
     if !nix::unistd::geteuid().is_root() {
         eprintln!("skipped: mounting a small tmpfs needs root");
@@ -467,7 +508,9 @@ fn a_full_disk_under_the_history_is_said_in_the_answer_healthz_and_metrics() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let _fs = Tmpfs::mount(&data, "24m");
-    let d = Daemon::start(&data, "", "strict", None);
+    // A workspace not on a filesystem of its own (the upload-only
+    // fallback): a cell can fill the data dir's filesystem.
+    let d = Daemon::start(&data, "[limits]\nworkspace_fs = false\n", "strict", None);
     let fill = "n = 0\ntry:\n    with open('/workspace/fill', 'wb') as f:\n        while True:\n            \
                 f.write(b'\\0' * (1 << 20)); f.flush(); n += 1\nexcept OSError as e:\n    print('full', e.errno, n)";
     let r = d.exec("disk", fill);

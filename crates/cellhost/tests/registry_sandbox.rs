@@ -43,6 +43,22 @@ fn find(root: &Path, name: &str) -> Vec<(PathBuf, String)> {
     out
 }
 
+/// `owner`'s `mine.txt` as a new manager on the same data dir finds it
+/// (its workspace may be a volume that is mounted only while in use).
+async fn reread(dir: &tempfile::TempDir, owner: &str) -> Option<String> {
+    let m = strict_manager(dir, |o| o).await;
+    let mut out = Vec::new();
+    let found = m
+        .workspace(owner)
+        .unwrap()
+        .read_to("mine.txt", None, &mut out)
+        .await
+        .ok()
+        .map(|_| String::from_utf8(out).unwrap());
+    m.shutdown().await;
+    found
+}
+
 const WRITE: &str =
     "import os\nopen('/workspace/mine.txt', 'w').write(os.environ.get('ME', '') or ME)\n";
 
@@ -87,10 +103,11 @@ async fn sessions_and_children_get_their_own_workspaces_and_disposal_removes_the
     assert_eq!(left, vec!["b".to_owned()]);
     m.shutdown().await;
     assert_eq!(
-        find(&root, "mine.txt").len(),
-        1,
+        reread(&dir, "b").await.as_deref(),
+        Some("b"),
         "shutdown keeps sessions' files"
     );
+    assert_eq!(reread(&dir, "a").await, None, "disposed");
 }
 
 #[tokio::test]
@@ -133,7 +150,7 @@ async fn a_pooled_sandboxed_kernel_hands_its_workspace_to_its_new_owner() {
         pools.is_empty(),
         "pooled kernels' workspaces are removed at shutdown"
     );
-    assert_eq!(find(&root, "mine.txt").len(), 1);
+    assert_eq!(reread(&dir, "new").await.as_deref(), Some("new"));
 }
 
 #[tokio::test]

@@ -152,9 +152,11 @@ async fn files_survive_a_restart_and_a_manager_that_never_shut_down_and_nothing_
         ok(&m, "s1", "print(open('/workspace/kept.txt').read())").await,
         "kept\n"
     );
-    // A manager that never shuts down (as a SIGKILLed daemon) leaves its
-    // mounts; the next one reuses them and detaches them at its end.
-    drop(m);
+    // A manager that never shuts down nor drops (as a SIGKILLed daemon)
+    // leaves its mounts; the next one reuses them and detaches them at
+    // its end.
+    std::mem::forget(m);
+    assert!(!leftovers_now(dir.path()).is_empty(), "still mounted");
     let m = KernelManager::start(options(&dir, 64)).await;
     assert_eq!(
         ok(&m, "s1", "print(open('/workspace/kept.txt').read())").await,

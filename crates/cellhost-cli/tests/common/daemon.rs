@@ -12,6 +12,7 @@ pub(crate) struct Daemon {
     pub(crate) child: Child,
     pub(crate) url: String,
     pub(crate) banner: String,
+    data: std::path::PathBuf,
 }
 
 impl Daemon {
@@ -47,7 +48,12 @@ impl Daemon {
             let mut sink = String::new();
             let _ = out.read_to_string(&mut sink);
         });
-        Daemon { child, url, banner }
+        Daemon {
+            child,
+            url,
+            banner,
+            data: data.to_path_buf(),
+        }
     }
 
     pub(crate) fn none(data: &Path) -> Daemon {
@@ -97,5 +103,44 @@ impl Drop for Daemon {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        if !std::thread::panicking() {
+            let left = leftovers(&self.data);
+            assert!(left.is_empty(), "the daemon left {left:?}");
+        }
+    }
+}
+
+/// Mounts and loop devices under `data` (workspace volumes) a stopped
+/// daemon left, after a moment for its dead kernels' namespaces to go.
+pub(crate) fn leftovers(data: &Path) -> Vec<String> {
+    let data = data.to_string_lossy().into_owned();
+    let now = || {
+        let mut out: Vec<String> = std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .filter(|m| m.starts_with(&format!("{data}/")))
+            .map(|m| format!("mount {m}"))
+            .collect();
+        for e in std::fs::read_dir("/sys/block")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            if let Ok(f) = std::fs::read_to_string(e.path().join("loop/backing_file")) {
+                if f.starts_with(&data) {
+                    out.push(format!("loop {}", f.trim()));
+                }
+            }
+        }
+        out
+    };
+    let end = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = now();
+        if left.is_empty() || Instant::now() > end {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

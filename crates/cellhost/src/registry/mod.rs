@@ -105,6 +105,18 @@ struct Shared {
     fs_warning: Option<String>,
 }
 
+impl Drop for Shared {
+    /// A manager dropped without `shutdown` (a panicking caller) still
+    /// detaches its volumes; only a killed process leaves them mounted
+    /// (the next start reuses them).
+    fn drop(&mut self) {
+        if self.opts.volumes() {
+            let root = self.opts.workspace_root();
+            volume::unmount_all(&root, |m| workspace::in_live_pool(&root, m), false);
+        }
+    }
+}
+
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -548,7 +560,7 @@ impl KernelManager {
         }
         // No volume of ours stays mounted (a restart mounts them again).
         let _ = tokio::task::spawn_blocking(move || {
-            volume::unmount_all(&root, |m| workspace::in_live_pool(&root, m))
+            volume::unmount_all(&root, |m| workspace::in_live_pool(&root, m), true)
         })
         .await;
         self.shared.backends.shutdown().await;

@@ -235,7 +235,7 @@ fn sparse_copy(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Detach every volume under `root` but those of live other hosts' pools
 /// (manager shutdown: nothing of ours stays mounted).
-pub(crate) fn unmount_all(root: &Path, keep: impl Fn(&Path) -> bool) -> usize {
+pub(crate) fn unmount_all(root: &Path, keep: impl Fn(&Path) -> bool, wait: bool) -> usize {
     let mut n = 0;
     for m in mount::mounts_under(root) {
         if !keep(&m) {
@@ -245,7 +245,7 @@ pub(crate) fn unmount_all(root: &Path, keep: impl Fn(&Path) -> bool) -> usize {
     // The loop devices clear themselves once the dead kernels' namespaces
     // let go of their binds: wait for that (briefly), so nothing of ours
     // is attached when the manager is gone.
-    for _ in 0..100 {
+    for _ in 0..if wait { 100 } else { 0 } {
         if mount::loops_under(root).iter().all(|f| keep(f)) {
             break;
         }
