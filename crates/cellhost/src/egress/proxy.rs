@@ -7,7 +7,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -15,7 +14,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpStream, UnixStream};
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinSet;
 
 use super::{EgressPolicy, COUNTS};
 
@@ -27,23 +26,13 @@ const MAX_HEAD: usize = 16 * 1024;
 
 /// Serves one kernel's proxy socket until dropped.
 pub(crate) struct EgressProxy {
-    task: JoinHandle<()>,
-}
-
-impl Drop for EgressProxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: crate::sys::AbortOnDrop,
 }
 
 impl EgressProxy {
     /// Create the socket in the private staging `dir`.
     pub(crate) fn bind(dir: &Path) -> io::Result<std::os::unix::net::UnixListener> {
-        let path = dir.join(SOCKET_NAME);
-        let listener = std::os::unix::net::UnixListener::bind(&path)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        listener.set_nonblocking(true)?;
-        Ok(listener)
+        crate::sys::bind_private_socket(dir, SOCKET_NAME)
     }
 
     pub(crate) fn start(
@@ -52,7 +41,7 @@ impl EgressProxy {
     ) -> io::Result<EgressProxy> {
         let listener = tokio::net::UnixListener::from_std(listener)?;
         Ok(EgressProxy {
-            task: tokio::spawn(async move {
+            _task: crate::sys::AbortOnDrop(tokio::spawn(async move {
                 let mut conns = JoinSet::new();
                 loop {
                     tokio::select! {
@@ -66,7 +55,7 @@ impl EgressProxy {
                         Some(_) = conns.join_next(), if !conns.is_empty() => {}
                     }
                 }
-            }),
+            })),
         })
     }
 }

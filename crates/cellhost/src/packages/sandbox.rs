@@ -10,9 +10,10 @@
 //! `setpriv` (no capabilities, `no_new_privs`), as kernels do; otherwise in
 //! a new user namespace as the host user.
 
-use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+use crate::sandbox::bwrap::Args;
 
 /// The package dir inside pip's sandbox.
 pub(crate) const PACKAGES_AT: &str = "/packages";
@@ -36,8 +37,8 @@ pub(crate) struct PipSandbox<'a> {
 
 /// The bwrap arguments (without the program name).
 pub(crate) fn args(p: &PipSandbox<'_>) -> Vec<OsString> {
-    let mut out: Vec<OsString> = Vec::new();
-    for f in [
+    let mut a = Args::default();
+    a.flags(&[
         "--die-with-parent",
         "--unshare-pid",
         "--unshare-ipc",
@@ -45,120 +46,50 @@ pub(crate) fn args(p: &PipSandbox<'_>) -> Vec<OsString> {
         "--unshare-cgroup-try",
         "--hostname",
         "cellhost-pip",
-    ] {
-        out.push(f.into());
-    }
+    ]);
     match p.drop_to {
-        Some(_) => {
-            for f in [
-                "--cap-drop",
-                "ALL",
-                "--cap-add",
-                "CAP_SETUID",
-                "--cap-add",
-                "CAP_SETGID",
-                "--cap-add",
-                "CAP_SETPCAP",
-            ] {
-                out.push(f.into());
-            }
-        }
-        None => out.push("--unshare-user".into()),
+        Some(_) => a.flags(&[
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "CAP_SETUID",
+            "--cap-add",
+            "CAP_SETGID",
+            "--cap-add",
+            "CAP_SETPCAP",
+        ]),
+        None => a.flags(&["--unshare-user"]),
     }
-    let mut present: BTreeSet<PathBuf> = BTreeSet::new();
-    let mut exposed: Vec<PathBuf> = Vec::new();
-    for sys in SYSTEM {
-        let path = Path::new(sys);
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if m.file_type().is_symlink() => {
-                if let Ok(target) = std::fs::read_link(path) {
-                    push(&mut out, &[&"--symlink", &target, &path]);
-                }
-            }
-            Ok(m) if m.is_dir() => {
-                push(&mut out, &[&"--ro-bind", &path, &path]);
-                exposed.push(path.to_path_buf());
-            }
-            _ => {}
-        }
-        present.insert(path.to_path_buf());
-    }
-    for f in [
+    // The same read-only system view as a kernel's, with the host's /etc
+    // (pip needs its resolver and certificates; it runs no agent code).
+    a.system(SYSTEM);
+    a.flags(&[
         "--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp",
-    ] {
-        out.push(f.into());
-    }
+    ]);
     for d in ["/dev", "/proc", "/tmp"] {
-        present.insert(PathBuf::from(d));
+        a.mark(Path::new(d));
     }
-    for dir in p.prefixes {
-        let covered =
-            dir.ancestors().any(|a| exposed.iter().any(|e| e == a)) && !dir.starts_with("/tmp");
-        if covered || !dir.exists() {
-            continue;
-        }
-        // Missing ancestors 0755 (bwrap would make them 0700, which the
-        // unprivileged uid cannot enter).
-        let mut missing: Vec<&Path> = dir
-            .ancestors()
-            .skip(1)
-            .take_while(|a| *a != Path::new("/") && !present.contains(*a))
-            .collect();
-        missing.reverse();
-        for m in missing {
-            push(&mut out, &[&"--perms", &"0755", &"--dir", &m]);
-            present.insert(m.to_path_buf());
-        }
-        push(&mut out, &[&"--ro-bind", &dir.as_path(), &dir.as_path()]);
-        present.insert(dir.clone());
-        exposed.push(dir.clone());
-    }
-    push(&mut out, &[&"--bind", &p.packages, &Path::new(PACKAGES_AT)]);
-    push(&mut out, &[&"--bind", &p.cache, &Path::new(CACHE_AT)]);
-    push(&mut out, &[&"--chdir", &"/tmp"]);
+    a.ro_binds(p.prefixes);
+    a.bind("--bind", p.packages, Path::new(PACKAGES_AT));
+    a.bind("--bind", p.cache, Path::new(CACHE_AT));
+    a.flags(&["--chdir", "/tmp"]);
     if let Some((setpriv, uid, gid)) = p.drop_to {
-        out.push("--".into());
-        out.push(setpriv.into());
-        out.push(format!("--reuid={uid}").into());
-        out.push(format!("--regid={gid}").into());
-        for f in [
+        a.push("--");
+        a.push(setpriv);
+        a.push(format!("--reuid={uid}"));
+        a.push(format!("--regid={gid}"));
+        a.flags(&[
             "--clear-groups",
             "--inh-caps=-all",
             "--bounding-set=-all",
             "--no-new-privs",
-        ] {
-            out.push(f.into());
-        }
+        ]);
     }
-    out.push("--".into());
-    out.extend(p.command.iter().cloned());
-    out
-}
-
-fn push(out: &mut Vec<OsString>, items: &[&dyn AsRefOs]) {
-    out.extend(items.iter().map(|i| i.os()));
-}
-
-trait AsRefOs {
-    fn os(&self) -> OsString;
-}
-
-impl AsRefOs for &str {
-    fn os(&self) -> OsString {
-        (*self).into()
+    a.push("--");
+    for c in &p.command {
+        a.push(c);
     }
-}
-
-impl AsRefOs for &Path {
-    fn os(&self) -> OsString {
-        self.as_os_str().to_owned()
-    }
-}
-
-impl AsRefOs for PathBuf {
-    fn os(&self) -> OsString {
-        self.as_os_str().to_owned()
-    }
+    a.into_vec()
 }
 
 #[cfg(test)]

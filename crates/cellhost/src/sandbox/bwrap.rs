@@ -87,21 +87,7 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
         ]),
         None => a.flags(&["--unshare-user"]),
     }
-    for sys in SYSTEM {
-        let path = Path::new(sys);
-        match std::fs::symlink_metadata(path) {
-            Ok(m) if m.file_type().is_symlink() => {
-                if let Ok(target) = std::fs::read_link(path) {
-                    a.push("--symlink");
-                    a.push(target);
-                    a.push(path);
-                    a.mark(path);
-                }
-            }
-            Ok(m) if m.is_dir() => a.bind("--ro-bind", path, path),
-            _ => {}
-        }
-    }
+    a.system(SYSTEM);
     a.bind("--ro-bind", p.etc, Path::new("/etc"));
     a.flags(&["--dev", "/dev", "--proc", "/proc"]);
     for tmp in ["/tmp", "/dev/shm"] {
@@ -114,11 +100,7 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
     }
     a.mark(Path::new("/dev"));
     a.mark(Path::new("/proc"));
-    for dir in p.prefixes.iter().chain(&p.strict.ro_binds) {
-        if !a.covered(dir) && dir.exists() {
-            a.bind("--ro-bind", dir, dir);
-        }
-    }
+    a.ro_binds(p.prefixes.iter().chain(&p.strict.ro_binds));
     // The interpreter path itself, when no prefix shows it (a symlink in
     // a bin dir of the home, say): the link alone, or the file alone,
     // never the directory around it.
@@ -169,8 +151,10 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
     a.out
 }
 
+/// A bwrap argv under construction that knows what the new root shows:
+/// the strict profile's and pip's sandboxes are both built with it.
 #[derive(Default)]
-struct Args {
+pub(crate) struct Args {
     out: Vec<OsString>,
     /// Paths that exist in the new root (mounted, or dirs we created).
     present: BTreeSet<PathBuf>,
@@ -181,15 +165,51 @@ struct Args {
 }
 
 impl Args {
-    fn push(&mut self, s: impl Into<OsString>) {
+    pub(crate) fn push(&mut self, s: impl Into<OsString>) {
         self.out.push(s.into());
     }
 
-    fn flags(&mut self, f: &[&str]) {
+    pub(crate) fn flags(&mut self, f: &[&str]) {
         self.out.extend(f.iter().map(OsString::from));
     }
 
-    fn mark(&mut self, p: &Path) {
+    /// The argv built so far.
+    pub(crate) fn into_vec(self) -> Vec<OsString> {
+        self.out
+    }
+
+    /// The host's system dirs `dirs` read-only where they exist: a
+    /// symlink among them (merged `/usr`) is recreated, a dir bound.
+    pub(crate) fn system(&mut self, dirs: &[&str]) {
+        for sys in dirs {
+            let path = Path::new(sys);
+            match std::fs::symlink_metadata(path) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(target) = std::fs::read_link(path) {
+                        self.push("--symlink");
+                        self.push(target);
+                        self.push(path);
+                        self.mark(path);
+                    }
+                }
+                Ok(m) if m.is_dir() => self.bind("--ro-bind", path, path),
+                _ => {}
+            }
+        }
+    }
+
+    /// Host dirs bound read-only at the same path, unless a bind already
+    /// shows them (a dir under a tmpfs, such as `/tmp`, is bound over it).
+    pub(crate) fn ro_binds<'d>(&mut self, dirs: impl IntoIterator<Item = &'d PathBuf>) {
+        for dir in dirs {
+            if !self.covered(dir) && dir.exists() {
+                self.bind("--ro-bind", dir, dir);
+            }
+        }
+    }
+
+    /// `p` exists in the new root but shows nothing of the host below it.
+    pub(crate) fn mark(&mut self, p: &Path) {
         self.present.insert(p.to_path_buf());
     }
 
@@ -224,7 +244,7 @@ impl Args {
     }
 
     /// A bind mount, with its missing ancestors created first.
-    fn bind(&mut self, how: &str, src: &Path, dest: &Path) {
+    pub(crate) fn bind(&mut self, how: &str, src: &Path, dest: &Path) {
         self.ancestors(dest);
         self.push(how);
         self.push(src);

@@ -26,7 +26,7 @@
 //! `launch.rs` puts them together into a command for `kernel/process.rs`.
 //! `docs/sandbox.md` describes the strict profile as a whole.
 
-mod bwrap;
+pub(crate) mod bwrap;
 pub(crate) mod cgroup;
 mod etc;
 mod landlock;

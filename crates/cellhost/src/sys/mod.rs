@@ -1,18 +1,21 @@
 //! Operating-system helpers every module may use, depending on no other
 //! module of this crate: pipes, fd placement and signals (`unix.rs`),
 //! process checks from /proc (`unix.rs`), owner-only directories
-//! (`fs.rs`), random ids (`random.rs`) and the death-pipe watcher that
+//! (`fs.rs`), random ids (`random.rs`), private Unix sockets and
+//! abort-on-drop tasks (`socket.rs`), loop-mounted images (`mount.rs`) and the death-pipe watcher that
 //! kills a process group when the host dies (`death.rs`).
 
 mod death;
 mod fs;
 pub(crate) mod mount;
 mod random;
+mod socket;
 mod unix;
 
 pub use death::watch_group;
 pub use fs::private_dir;
 pub use random::random_hex;
+pub(crate) use socket::{bind_private_socket, AbortOnDrop};
 pub(crate) use unix::{
     child_setup, live_start_time, pipe, raw, signal_group, signal_name, signal_pid,
 };

@@ -6,7 +6,7 @@
 //! mount holds it: the device frees itself when the last mount of it goes,
 //! in whichever mount namespace (a sandbox's bind of the volume) that is.
 //! A failed mount frees it too. Nothing here ever leaves a device that no
-//! mount uses.
+//! mount uses. Direct I/O where the backing filesystem has it.
 
 use std::ffi::CString;
 use std::io;
@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 const LOOP_CTL_GET_FREE: libc::c_ulong = 0x4C82;
 const LOOP_CONFIGURE: libc::c_ulong = 0x4C0A;
 const LO_FLAGS_AUTOCLEAR: u32 = 4;
+const LO_FLAGS_DIRECT_IO: u32 = 16;
 
 #[repr(C)]
 struct LoopInfo64 {
@@ -85,12 +86,20 @@ pub(crate) fn mount_image(image: &Path, target: &Path, fstype: &str, data: &str)
         // SAFETY: all-zero is a valid loop_config.
         let mut config: LoopConfig = unsafe { std::mem::zeroed() };
         config.fd = backing.as_raw_fd() as u32;
-        config.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+        // Direct I/O: the image's pages are not cached twice (in the
+        // volume's filesystem and the backing file's), which halves a
+        // big write's cost; a backing filesystem without it gets buffered.
+        config.info.lo_flags = LO_FLAGS_AUTOCLEAR | LO_FLAGS_DIRECT_IO;
         let name = image.as_os_str().as_bytes();
         let len = name.len().min(63);
         config.info.lo_file_name[..len].copy_from_slice(&name[..len]);
         // SAFETY: a valid loop_config for the device's fd.
-        let r = unsafe { libc::ioctl(device.as_raw_fd(), LOOP_CONFIGURE as _, &config) };
+        let mut r = unsafe { libc::ioctl(device.as_raw_fd(), LOOP_CONFIGURE as _, &config) };
+        if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+            config.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+            // SAFETY: as above.
+            r = unsafe { libc::ioctl(device.as_raw_fd(), LOOP_CONFIGURE as _, &config) };
+        }
         if r < 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EBUSY) {

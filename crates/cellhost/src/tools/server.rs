@@ -16,7 +16,6 @@
 //! requests at once.
 
 use std::io;
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,7 +24,7 @@ use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::Semaphore;
-use tokio::task::{JoinHandle, JoinSet};
+use tokio::task::JoinSet;
 
 use super::request::{self, error, Admitted, Refused, Running};
 use super::{Authority, AuthoritySlot};
@@ -44,24 +43,14 @@ const IN_FLIGHT_BYTES: usize = 32 * 1024 * 1024;
 
 /// Serves one kernel process's socket until dropped.
 pub(crate) struct ToolServer {
-    task: JoinHandle<()>,
-}
-
-impl Drop for ToolServer {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: crate::sys::AbortOnDrop,
 }
 
 impl ToolServer {
     /// Create the socket in `dir` (the private staging dir, so no one can
     /// reach it before it is 0600).
     pub(crate) fn bind(dir: &Path) -> io::Result<std::os::unix::net::UnixListener> {
-        let path = dir.join(SOCKET_NAME);
-        let listener = std::os::unix::net::UnixListener::bind(&path)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
-        listener.set_nonblocking(true)?;
-        Ok(listener)
+        crate::sys::bind_private_socket(dir, SOCKET_NAME)
     }
 
     /// Serve calls on `listener` under whatever authority `slot` holds.
@@ -76,7 +65,13 @@ impl ToolServer {
     ) -> io::Result<ToolServer> {
         let listener = tokio::net::UnixListener::from_std(listener)?;
         Ok(ToolServer {
-            task: tokio::spawn(accept(listener, token, slot, max_payload, packages)),
+            _task: crate::sys::AbortOnDrop(tokio::spawn(accept(
+                listener,
+                token,
+                slot,
+                max_payload,
+                packages,
+            ))),
         })
     }
 }
