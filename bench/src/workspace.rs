@@ -140,7 +140,10 @@ fn download(addr: SocketAddr, to: &Path) -> Result<Duration> {
 
 fn cp(from: &Path, to: &Path) -> Result<Duration> {
     let t = Instant::now();
-    let st = std::process::Command::new("cp").arg(from).arg(to).status()?;
+    let st = std::process::Command::new("cp")
+        .arg(from)
+        .arg(to)
+        .status()?;
     if !st.success() {
         bail!("cp failed");
     }

@@ -40,6 +40,7 @@ impl KernelManager {
         super::key::validate_owner(owner)?;
         let opts = &self.shared.opts;
         let dir = workspace::of_owner(&opts.workspace_root(), owner, opts.volumes());
+        opts.remount_volume(&dir);
         Ok(crate::files::Workspace::new(
             dir.clone(),
             opts.workspace_in_kernel(&dir),

@@ -100,6 +100,16 @@ impl ManagerOptions {
         }
     }
 
+    /// Mount `ws`'s volume again if it has an image (after a restart or a
+    /// disposal of its kernels, for a handle that only reads).
+    pub(crate) fn remount_volume(&self, ws: &Path) {
+        if let Some(vol) = super::volume::of_workspace(ws) {
+            if vol.join("img").exists() {
+                let _ = self.ensure_volume(ws);
+            }
+        }
+    }
+
     /// Apply `[backends.*]` and `default_backend`.
     pub fn remote(mut self, config: &Config) -> Self {
         self.backends = config.backends.clone();

@@ -55,6 +55,23 @@ fn cstr(p: &Path) -> io::Result<CString> {
 /// # Errors
 /// No loop device could be had, or the mount failed (the device is freed).
 pub(crate) fn mount_image(image: &Path, target: &Path, fstype: &str, data: &str) -> io::Result<()> {
+    // A device still backing the image (its last mount detached, and a
+    // dying sandbox's namespace not yet gone) holds a live superblock:
+    // mount that device again, so the image never has two filesystems
+    // writing it. Should it clear meanwhile, attach afresh.
+    if let Some(dev) = loop_of(image) {
+        if let Ok(pin) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&dev)
+        {
+            let still = loop_of(image).as_deref() == Some(dev.as_path());
+            if still && mount_dev(&dev, target, fstype, data).is_ok() {
+                drop(pin);
+                return Ok(());
+            }
+        }
+    }
     let backing = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -107,35 +124,50 @@ pub(crate) fn mount_image(image: &Path, target: &Path, fstype: &str, data: &str)
             }
             return Err(e);
         }
-        let (src, dst, fs, opts) = (
-            cstr(&dev)?,
-            cstr(target)?,
-            CString::new(fstype).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
-            CString::new(data).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
-        );
-        // SAFETY: valid NUL-terminated strings.
-        let r = unsafe {
-            libc::mount(
-                src.as_ptr(),
-                dst.as_ptr(),
-                fs.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                opts.as_ptr().cast(),
-            )
-        };
+        let mounted = mount_dev(&dev, target, fstype, data);
         // Dropping `device` now: with autoclear the mount keeps it (or,
         // on failure, the device is freed here).
         drop(device);
-        return if r == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        };
+        return mounted;
     }
     Err(io::Error::new(
         io::ErrorKind::ResourceBusy,
         "no free loop device",
     ))
+}
+
+fn mount_dev(dev: &Path, target: &Path, fstype: &str, data: &str) -> io::Result<()> {
+    let (src, dst, fs, opts) = (
+        cstr(dev)?,
+        cstr(target)?,
+        CString::new(fstype).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        CString::new(data).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+    );
+    // SAFETY: valid NUL-terminated strings.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            fs.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            opts.as_ptr().cast(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The loop device backed by `image`, if one is attached.
+fn loop_of(image: &Path) -> Option<PathBuf> {
+    let rd = std::fs::read_dir("/sys/block").ok()?;
+    rd.flatten().find_map(|e| {
+        let f = std::fs::read_to_string(e.path().join("loop/backing_file")).ok()?;
+        (Path::new(f.trim_end_matches('\n')) == image)
+            .then(|| PathBuf::from("/dev").join(e.file_name()))
+    })
 }
 
 /// `true` when `path` is the root of a mount (not through a symlink).
