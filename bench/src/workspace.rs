@@ -95,7 +95,7 @@ fn upload(addr: SocketAddr, file: &Path) -> Result<Duration> {
     let mut s = TcpStream::connect(addr)?;
     write!(
         s,
-        "PUT /v1/sessions/bench/files/big.bin HTTP/1.1\r\nHost: x\r\n\
+        "PUT /v1/sessions/bench/files/big.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\
          Content-Type: application/octet-stream\r\nContent-Length: {size}\r\n\r\n"
     )?;
     let mut f = std::fs::File::open(file)?;
@@ -122,7 +122,7 @@ fn download(addr: SocketAddr, to: &Path) -> Result<Duration> {
     let mut s = TcpStream::connect(addr)?;
     write!(
         s,
-        "GET /v1/sessions/bench/files/big.bin HTTP/1.1\r\nHost: x\r\n\r\n"
+        "GET /v1/sessions/bench/files/big.bin HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     )?;
     let mut r = BufReader::with_capacity(CHUNK, s);
     let (status, len) = head(&mut r)?;
