@@ -44,8 +44,10 @@ pub(crate) fn unavailable() -> Option<String> {
     if !Path::new("/dev/loop-control").exists() {
         return Some("the host has no loop devices (/dev/loop-control)".into());
     }
-    if crate::sandbox::launch::find_program("mkfs.ext4").is_none() {
-        return Some("mkfs.ext4 is not installed (e2fsprogs)".into());
+    for tool in ["mkfs.ext4", "dumpe2fs", "tune2fs"] {
+        if crate::sandbox::launch::find_program(tool).is_none() {
+            return Some(format!("{tool} is not installed (e2fsprogs)"));
+        }
     }
     None
 }
@@ -263,6 +265,6 @@ mod tests {
         let vol = Path::new("/r/s-1/vol");
         assert_eq!(of_workspace(&workspace_in(vol)), Some(vol));
         assert_eq!(of_workspace(Path::new("/r/s-1/ws")), None);
-        assert!(image_bytes(MIB) >= MIB + 8 * MIB && image_bytes(MIB) % 4096 == 0);
+        assert!(image_bytes(MIB) >= MIB + 8 * MIB && image_bytes(MIB).is_multiple_of(4096));
     }
 }
