@@ -121,7 +121,13 @@ fn reserve_beyond(image: &Path, quota: u64) -> io::Result<()> {
     let (Some(free), Some(block)) = (field("Free blocks:"), field("Block size:")) else {
         return Err(io::Error::other("dumpe2fs: no free block count"));
     };
-    let reserved = free.saturating_sub(quota.div_ceil(block));
+    // tune2fs refuses to reserve more than half the blocks: a tiny quota
+    // (a few MiB, where the metadata is most of the image) gets a little
+    // more than it asked for.
+    let half = field("Block count:").unwrap_or(0) / 2;
+    let reserved = free
+        .saturating_sub(quota.div_ceil(block))
+        .min(half.saturating_sub(1));
     let out = std::process::Command::new(tool("tune2fs"))
         .arg("-r")
         .arg(reserved.to_string())
