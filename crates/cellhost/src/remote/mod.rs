@@ -313,7 +313,11 @@ impl Backends {
                 ws.make_root()
                     .await
                     .map(Some)
-                    .map_err(|e| format!("could not make the session's workspace: {e}"))
+                    .map_err(|e| {
+                        format!(
+                            "could not make the session's workspace under the remote temp dir ({e}); check the backend's tmpdir, its python and disk space"
+                        )
+                    })
             }
         };
         match backend {
@@ -328,7 +332,12 @@ impl Backends {
                     let t: Arc<dyn Transport> = hosts[host].clone();
                     let started = match workspace_of(&t).await {
                         Ok(cwd) => kernel::spawn(options(t, false, Some(lease), cwd)).await,
-                        Err(e) => Err(err(e)),
+                        Err(e) => {
+                            // Released before the next placement: a
+                            // lease keeps its owner on this host.
+                            drop(lease);
+                            Err(err(e))
+                        }
                     };
                     match started {
                         Ok(k) => {
