@@ -56,6 +56,20 @@ impl std::fmt::Debug for RemoteWorkspace {
     }
 }
 
+/// `[packages]` as the remote `%pip` reads it (remotepip.py).
+pub(crate) fn policy_json(p: &crate::config::PackagesConfig) -> serde_json::Value {
+    serde_json::json!({
+        "enabled": p.enabled,
+        "index_url": p.index_url,
+        "extra_index_urls": p.extra_index_urls,
+        "allow": p.allow,
+        "deny": p.deny,
+        "only_binary": p.only_binary,
+        "timeout_seconds": p.timeout_seconds,
+        "max_mib": p.max_mib,
+    })
+}
+
 /// The key of `owner`'s workspace (`P::child::C` nests under P's home).
 pub(crate) fn key_of(scope: &str, owner: &str) -> String {
     format!("{}/ws", home_key(scope, owner))
@@ -210,11 +224,21 @@ impl RemoteWorkspace {
 
     /// One control exec; its `OK` payload.
     async fn control(&self, op: &str, rel: &RelPath, args: &[String]) -> Result<String, FileError> {
+        self.control_with(op, rel, args, Vec::new()).await
+    }
+
+    async fn control_with(
+        &self,
+        op: &str,
+        rel: &RelPath,
+        args: &[String],
+        stdin: Vec<u8>,
+    ) -> Result<String, FileError> {
         self.check()?;
         let script = self.script(op, &self.key, &rel.display(), args);
         let out = self
             .transport
-            .exec(&script, Vec::new(), Some(self.timeout))
+            .exec(&script, stdin, Some(self.timeout))
             .await
             .map_err(|e| remote_err("reach the remote workspace", e))?;
         answer(rel, &out.stdout, &out.stderr)
@@ -245,9 +269,24 @@ impl RemoteWorkspace {
     }
 
     /// Make the workspace (when missing) and answer its absolute path on
-    /// the remote side: the runner's cwd.
-    pub(crate) async fn make_root(&self) -> Result<String, FileError> {
-        let v = self.control("root", &RelPath::parse("")?, &[]).await?;
+    /// the remote side: the runner's cwd. `packages`: the `[packages]`
+    /// policy the runner's `%pip` follows, written beside it.
+    pub(crate) async fn make_root(
+        &self,
+        packages: Option<serde_json::Value>,
+    ) -> Result<String, FileError> {
+        let req = match packages {
+            Some(p) => serde_json::json!({ "packages": p }),
+            None => serde_json::json!({}),
+        };
+        let v = self
+            .control_with(
+                "root",
+                &RelPath::parse("")?,
+                &[],
+                req.to_string().into_bytes(),
+            )
+            .await?;
         let v: serde_json::Value =
             serde_json::from_str(&v).map_err(|e| remote_err("read the helper's answer", e))?;
         Ok(v["path"].as_str().unwrap_or_default().to_owned())

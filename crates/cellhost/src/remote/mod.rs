@@ -298,6 +298,7 @@ impl Backends {
             let t = t.clone();
             let (python, tmpdir) = (common.python.clone(), common.tmpdir.clone());
             let timeout = common.transport_timeout();
+            let policy = files::policy_json(&p.kernel.packages.policy);
             async move {
                 let Some(scope) = scope.filter(|_| p.cwd.is_none()) else {
                     return Ok(None);
@@ -310,7 +311,7 @@ impl Backends {
                     None,
                     timeout,
                 );
-                ws.make_root()
+                ws.make_root(Some(policy))
                     .await
                     .map(Some)
                     .map_err(|e| {

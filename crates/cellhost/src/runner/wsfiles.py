@@ -450,6 +450,16 @@ def main():
             raise Refused("not_found", "")
         try:
             if op == "root":
+                # stdin: {"packages": the [packages] policy}, written
+                # beside the workspace for the runner's `%pip`.
+                req = json.loads(sys.stdin.buffer.read() or b"{}")
+                if "packages" in req:
+                    home = os.path.dirname(path)
+                    tmp = os.path.join(home, ".packages.json.tmp")
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                    with os.fdopen(fd, "w") as f:
+                        json.dump(req["packages"], f)
+                    os.rename(tmp, os.path.join(home, "packages.json"))
                 out("OK " + json.dumps({"path": path}))
             elif op == "write":
                 op_write(root, parts, int(args[0]), int(args[1]))
