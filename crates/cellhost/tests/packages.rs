@@ -223,55 +223,6 @@ async fn preload_makes_the_first_import_in_a_new_pooled_session_cheap() {
     m.shutdown().await;
 }
 
-/// Figures, not a timed test: `cargo nextest run -p cellhost --test
-/// packages --run-ignored only -E 'test(bench)' --no-capture`.
-#[tokio::test]
-#[ignore]
-async fn bench_pip_magic_against_pip_install_target_outside_any_sandbox() {
-    let idx = index::serve();
-    let dir = tempfile::tempdir().unwrap();
-    let k = common::kernel_with(strict_with(&dir, index::policy(&idx, "")), dir).await;
-    k.run("from pipmagic import pip_magic").await;
-    let n = 5;
-    let mut ours = Vec::new();
-    let mut plain = Vec::new();
-    let target = tempfile::tempdir().unwrap();
-    for _ in 0..n {
-        let t = std::time::Instant::now();
-        let r = k.run("pip_magic('install -q -U tinypkg')").await;
-        ok(&r);
-        ours.push(t.elapsed().as_secs_f64());
-        let t = std::time::Instant::now();
-        let o = std::process::Command::new(common::venv_python())
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "-U",
-                "--disable-pip-version-check",
-            ])
-            .args(["--only-binary=:all:", "--index-url", &idx.url, "--target"])
-            .arg(target.path())
-            .arg("tinypkg")
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{o:?}");
-        plain.push(t.elapsed().as_secs_f64());
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (a, b) = (median(&mut ours), median(&mut plain));
-    println!(
-        "%pip install (host pip in bwrap, into a strict kernel) {:.0} ms p50; pip install --target unsandboxed {:.0} ms p50; ratio {:.2}x",
-        a * 1e3,
-        b * 1e3,
-        a / b
-    );
-}
-
 #[tokio::test]
 async fn none_profile_kernels_install_into_the_same_per_session_dir() {
     let idx = index::serve();
