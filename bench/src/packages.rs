@@ -23,7 +23,7 @@
 #[path = "stats.rs"]
 mod stats;
 
-#[allow(dead_code)]
+// The tests' local PEP 503 index (it allows its own dead code).
 #[path = "../../crates/cellhost/tests/common/index.rs"]
 mod index;
 

@@ -76,7 +76,7 @@ enum Source {
     Local(tokio::fs::File),
     /// Read by a second exec when the range is known; the ETag must
     /// still match then.
-    Remote(RemoteWorkspace, RelPath),
+    Remote(Box<(RemoteWorkspace, RelPath)>),
 }
 
 /// The bytes of a file (or a range of it), streamed.
@@ -90,7 +90,8 @@ impl FileReader {
                 file.seek(io::SeekFrom::Start(start)).await?;
                 Ok(Box::new(file.take(len)))
             }
-            Source::Remote(ws, rel) => {
+            Source::Remote(remote) => {
+                let (ws, rel) = *remote;
                 let r = ws
                     .read(&rel, start, len, Some(&self.etag))
                     .await
@@ -636,7 +637,7 @@ impl Workspace {
                 Ok(match r.stat(&rel).await? {
                     None => Opened::Dir,
                     Some((size, modified, etag)) => Opened::File(FileReader {
-                        source: Source::Remote(r.clone(), rel),
+                        source: Source::Remote(Box::new((r.clone(), rel))),
                         size,
                         modified,
                         etag,
@@ -658,10 +659,7 @@ impl Workspace {
             Inner::Local(l) => l.read_to(rel, range, dst).await,
             Inner::Remote(r, _) => {
                 let rel = RelPath::parse(rel)?;
-                let (start, len) = match range {
-                    Some(r) => r,
-                    None => (0, u64::MAX >> 1),
-                };
+                let (start, len) = range.unwrap_or((0, u64::MAX >> 1));
                 let mut src = r.read(&rel, start, len, None).await?;
                 tokio::io::copy(&mut src, dst)
                     .await
