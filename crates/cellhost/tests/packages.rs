@@ -223,55 +223,6 @@ async fn preload_makes_the_first_import_in_a_new_pooled_session_cheap() {
     m.shutdown().await;
 }
 
-/// Figures, not a timed test: `cargo nextest run -p cellhost --test
-/// packages --run-ignored only -E 'test(bench)' --no-capture`.
-#[tokio::test]
-#[ignore]
-async fn bench_pip_magic_against_pip_install_target_outside_any_sandbox() {
-    let idx = index::serve();
-    let dir = tempfile::tempdir().unwrap();
-    let k = common::kernel_with(strict_with(&dir, index::policy(&idx, "")), dir).await;
-    k.run("from pipmagic import pip_magic").await;
-    let n = 5;
-    let mut ours = Vec::new();
-    let mut plain = Vec::new();
-    let target = tempfile::tempdir().unwrap();
-    for _ in 0..n {
-        let t = std::time::Instant::now();
-        let r = k.run("pip_magic('install -q -U tinypkg')").await;
-        ok(&r);
-        ours.push(t.elapsed().as_secs_f64());
-        let t = std::time::Instant::now();
-        let o = std::process::Command::new(common::venv_python())
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "-q",
-                "-U",
-                "--disable-pip-version-check",
-            ])
-            .args(["--only-binary=:all:", "--index-url", &idx.url, "--target"])
-            .arg(target.path())
-            .arg("tinypkg")
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{o:?}");
-        plain.push(t.elapsed().as_secs_f64());
-    }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
-    let (a, b) = (median(&mut ours), median(&mut plain));
-    println!(
-        "%pip install (host pip in bwrap, into a strict kernel) {:.0} ms p50; pip install --target unsandboxed {:.0} ms p50; ratio {:.2}x",
-        a * 1e3,
-        b * 1e3,
-        a / b
-    );
-}
-
 #[tokio::test]
 async fn none_profile_kernels_install_into_the_same_per_session_dir() {
     let idx = index::serve();
@@ -299,4 +250,82 @@ async fn none_profile_kernels_install_into_the_same_per_session_dir() {
     let r = run(&m, "other", Cell::new("import tinypkg")).await;
     assert!(r.error.unwrap_or_default().contains("ModuleNotFoundError"));
     m.shutdown().await;
+}
+
+/// The `uv` binary scripts/test installs into the test venv
+/// (scripts/test-requirements.txt), or `$CELLHOST_TEST_UV`.
+fn uv() -> std::path::PathBuf {
+    let path = std::env::var_os("CELLHOST_TEST_UV")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| common::venv_python().with_file_name("uv"));
+    assert!(
+        path.exists(),
+        "{} is missing: scripts/test installs uv into the test venv (scripts/test-requirements.txt); \
+         or point CELLHOST_TEST_UV at a uv binary",
+        path.display()
+    );
+    path
+}
+
+/// Install, import, uninstall, and the import fails again; `installer`
+/// says which tool the host runs.
+async fn install_then_uninstall(installer: &str, want_output: &str) {
+    let idx = index::serve();
+    let dir = tempfile::tempdir().unwrap();
+    let extra = format!(
+        "installer = {installer:?}\nuv = {:?}\n",
+        uv().display().to_string()
+    );
+    let k = common::kernel_with(strict_with(&dir, index::policy(&idx, &extra)), dir).await;
+    let r = k
+        .run("from pipmagic import pip_magic\npip_magic('install tinypkg')\nimport tinypkg\ntinypkg.VALUE")
+        .await;
+    ok(&r);
+    assert_eq!(r.value.as_deref(), Some("42"));
+    assert!(r.stdout.contains(want_output), "{installer}: {}", r.stdout);
+    let r = k.run("pip_magic('install sdistpkg')").await;
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("only_binary"),
+        "{installer}: {r:#?}"
+    );
+    let r = k.run("pip_magic('uninstall -y tinypkg')").await;
+    ok(&r);
+    assert!(
+        r.stdout.contains("Successfully uninstalled tinypkg"),
+        "{}",
+        r.stdout
+    );
+    let r = k
+        .run("import os, sys\ndel sys.modules['tinypkg']\nsorted(n for n in os.listdir('/run/cellhost/packages') if n != '.lock')")
+        .await;
+    ok(&r);
+    // (uv leaves its `.lock` in the target.)
+    assert_eq!(
+        r.value.as_deref(),
+        Some("[]"),
+        "everything it installed is gone"
+    );
+    let r = k.run("import tinypkg").await;
+    assert!(
+        r.error
+            .as_deref()
+            .unwrap_or("")
+            .contains("ModuleNotFoundError"),
+        "{r:#?}"
+    );
+    let r = k.run("pip_magic('uninstall tinypkg')").await;
+    assert!(
+        r.error.as_deref().unwrap_or("").contains("not installed"),
+        "{r:#?}"
+    );
+}
+
+#[tokio::test]
+async fn pip_uninstall_removes_what_pip_installed() {
+    install_then_uninstall("pip", "Successfully installed tinypkg-1.0").await;
+}
+
+#[tokio::test]
+async fn uv_installs_when_configured_and_uninstall_removes_it() {
+    install_then_uninstall("uv", "+ tinypkg==1.0").await;
 }

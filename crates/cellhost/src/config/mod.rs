@@ -29,7 +29,7 @@ pub use lifecycle::LifecycleConfig;
 pub use limits::LimitsConfig;
 pub use mcp::McpConfig;
 pub use mcp_servers::McpServerConfig;
-pub use packages::{KernelConfig, PackagesConfig};
+pub use packages::{KernelConfig, PackagesConfig, PipInstaller};
 pub use sandbox::{Network, Profile, SandboxConfig};
 pub use server::{ServerConfig, DEFAULT_LISTEN};
 pub use tools::ToolConfig;

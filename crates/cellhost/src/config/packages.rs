@@ -23,6 +23,22 @@ pub struct PackagesConfig {
     pub timeout_seconds: u64,
     /// Most MiB a session's package dir may hold (default 2048; 0: no cap).
     pub max_mib: u64,
+    /// What runs `%pip install` on the host: `"auto"` (default: `uv pip`
+    /// when `uv` is found, else pip), `"pip"`, or `"uv"` (an error when no
+    /// `uv` is found).
+    pub installer: PipInstaller,
+    /// The `uv` binary (default: `uv` on PATH).
+    pub uv: Option<std::path::PathBuf>,
+}
+
+/// `[packages] installer`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum PipInstaller {
+    #[default]
+    Auto,
+    Pip,
+    Uv,
 }
 
 impl Default for PackagesConfig {
@@ -36,6 +52,8 @@ impl Default for PackagesConfig {
             only_binary: true,
             timeout_seconds: 300,
             max_mib: 2048,
+            installer: PipInstaller::Auto,
+            uv: None,
         }
     }
 }

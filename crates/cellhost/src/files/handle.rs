@@ -15,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncSeekExt, AsyncWrite, AsyncWriteExt
 
 use super::path::{self, Kind, RelPath};
 use super::{Entry, EntryType, FileError, Listing, Written};
+use crate::remote::RemoteWorkspace;
 
 /// Bytes moved per read.
 const CHUNK: usize = 256 * 1024;
@@ -26,18 +27,18 @@ const MIB: u64 = 1024 * 1024;
 /// whose it is: the strict kernel's uid, or the host user).
 pub type Prepare = Arc<dyn Fn(&Path) -> io::Result<()> + Send + Sync>;
 
-/// One owner's workspace. Cheap to clone.
+/// One owner's workspace on this host.
 #[derive(Clone)]
-pub struct Workspace {
+pub(crate) struct Local {
     root: PathBuf,
     in_kernel: PathBuf,
     quota: Option<u64>,
     prepare: Prepare,
 }
 
-impl std::fmt::Debug for Workspace {
+impl std::fmt::Debug for Local {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Workspace")
+        f.debug_struct("LocalWorkspace")
             .field("root", &self.root)
             .field("in_kernel", &self.in_kernel)
             .field("quota", &self.quota)
@@ -62,7 +63,7 @@ pub enum Opened {
 /// A regular file opened for reading, with what `fstat` said of it.
 #[derive(Debug)]
 pub struct FileReader {
-    pub file: tokio::fs::File,
+    source: Source,
     pub size: u64,
     /// Seconds since the epoch.
     pub modified: f64,
@@ -70,15 +71,34 @@ pub struct FileReader {
     pub etag: String,
 }
 
+#[derive(Debug)]
+enum Source {
+    Local(tokio::fs::File),
+    /// Read by a second exec when the range is known; the ETag must
+    /// still match then.
+    Remote(Box<(RemoteWorkspace, RelPath)>),
+}
+
+/// The bytes of a file (or a range of it), streamed.
+pub type ByteReader = Box<dyn AsyncRead + Send + Unpin>;
+
 impl FileReader {
     /// Seek to `start` and hand back a reader of at most `len` bytes.
-    pub async fn range(
-        mut self,
-        start: u64,
-        len: u64,
-    ) -> io::Result<tokio::io::Take<tokio::fs::File>> {
-        self.file.seek(io::SeekFrom::Start(start)).await?;
-        Ok(self.file.take(len))
+    pub async fn range(self, start: u64, len: u64) -> io::Result<ByteReader> {
+        match self.source {
+            Source::Local(mut file) => {
+                file.seek(io::SeekFrom::Start(start)).await?;
+                Ok(Box::new(file.take(len)))
+            }
+            Source::Remote(remote) => {
+                let (ws, rel) = *remote;
+                let r = ws
+                    .read(&rel, start, len, Some(&self.etag))
+                    .await
+                    .map_err(io::Error::other)?;
+                Ok(Box::new(r))
+            }
+        }
     }
 }
 
@@ -103,14 +123,14 @@ fn modified(st: &libc::stat) -> f64 {
     st.st_mtime as f64 + st.st_mtime_nsec as f64 / 1e9
 }
 
-impl Workspace {
+impl Local {
     pub(crate) fn new(
         root: PathBuf,
         in_kernel: PathBuf,
         quota: Option<u64>,
         prepare: Prepare,
-    ) -> Workspace {
-        Workspace {
+    ) -> Local {
+        Local {
             root,
             in_kernel,
             quota,
@@ -347,7 +367,7 @@ impl Workspace {
             match path::open_read(&root, &rel)? {
                 path::Opened::Dir => Ok(Opened::Dir),
                 path::Opened::File(fd, st) => Ok(Opened::File(FileReader {
-                    file: tokio::fs::File::from_std(std::fs::File::from(fd)),
+                    source: Source::Local(tokio::fs::File::from_std(std::fs::File::from(fd))),
                     size: st.st_size as u64,
                     modified: modified(&st),
                     etag: format!(
@@ -524,4 +544,172 @@ pub(crate) fn usage(dir: &OwnedFd) -> u64 {
         total
     }
     walk(dir, 0)
+}
+
+/// One owner's workspace, on this host or on a remote backend: the
+/// handle the HTTP routes, the MCP resources and the CLI use, whatever
+/// the backend. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Workspace {
+    inner: Inner,
+}
+
+#[derive(Clone, Debug)]
+enum Inner {
+    Local(Local),
+    /// With its key as a path (what [`Workspace::root`] answers).
+    Remote(RemoteWorkspace, PathBuf),
+}
+
+impl Workspace {
+    pub(crate) fn new(
+        root: PathBuf,
+        in_kernel: PathBuf,
+        quota: Option<u64>,
+        prepare: Prepare,
+    ) -> Workspace {
+        Workspace {
+            inner: Inner::Local(Local::new(root, in_kernel, quota, prepare)),
+        }
+    }
+
+    /// A workspace on a remote backend (see [`crate::remote::RemoteWorkspace`]).
+    pub fn remote(ws: RemoteWorkspace) -> Workspace {
+        let key = PathBuf::from(ws.key());
+        Workspace {
+            inner: Inner::Remote(ws, key),
+        }
+    }
+
+    /// The remote side's handle, when the workspace is remote.
+    pub fn as_remote(&self) -> Option<&RemoteWorkspace> {
+        match &self.inner {
+            Inner::Remote(r, _) => Some(r),
+            Inner::Local(_) => None,
+        }
+    }
+
+    /// The workspace directory on this host; on a remote backend, its
+    /// path beneath the remote side's `<tmpdir>/cellhost-ws-<uid>/`.
+    pub fn root(&self) -> &Path {
+        match &self.inner {
+            Inner::Local(l) => l.root(),
+            Inner::Remote(_, key) => key,
+        }
+    }
+
+    /// Where the kernel sees the workspace (`/workspace` in the strict
+    /// sandbox; the host path otherwise; remote: as [`root`](Self::root)).
+    pub fn in_kernel(&self) -> &Path {
+        match &self.inner {
+            Inner::Local(l) => l.in_kernel(),
+            Inner::Remote(_, key) => key,
+        }
+    }
+
+    /// The quota in bytes (`None`: unlimited).
+    pub fn quota(&self) -> Option<u64> {
+        match &self.inner {
+            Inner::Local(l) => l.quota(),
+            Inner::Remote(r, _) => r.quota(),
+        }
+    }
+
+    /// Write `body` to `path` (parent dirs made), through a temporary file
+    /// renamed into place when complete: a reader never sees half a file,
+    /// and a failed upload leaves the old one. Creates the workspace when
+    /// missing (before the session's first cell).
+    ///
+    /// # Errors
+    /// `invalid_path`, `is_a_directory` (the target or the root),
+    /// `not_a_directory`, `too_large`, `quota_exceeded`, `bad_body`, `io`.
+    pub async fn write<R: AsyncRead + Unpin>(
+        &self,
+        rel: &str,
+        body: R,
+        limits: WriteLimits,
+    ) -> Result<Written, FileError> {
+        match &self.inner {
+            Inner::Local(l) => l.write(rel, body, limits).await,
+            Inner::Remote(r, _) => r.write(&RelPath::parse(rel)?, body, limits.max_bytes).await,
+        }
+    }
+
+    /// Open `path` for reading: a regular file, or `Dir` for a directory.
+    ///
+    /// # Errors
+    /// `invalid_path` (a symlink on the way, `..`, …), `not_found`,
+    /// `not_a_directory`, `not_a_regular_file`.
+    pub async fn open(&self, rel: &str) -> Result<Opened, FileError> {
+        match &self.inner {
+            Inner::Local(l) => l.open(rel).await,
+            Inner::Remote(r, _) => {
+                let rel = RelPath::parse(rel)?;
+                Ok(match r.stat(&rel).await? {
+                    None => Opened::Dir,
+                    Some((size, modified, etag)) => Opened::File(FileReader {
+                        source: Source::Remote(Box::new((r.clone(), rel))),
+                        size,
+                        modified,
+                        etag,
+                    }),
+                })
+            }
+        }
+    }
+
+    /// Copy `path` (or its `range`, start and length) to `dst`. Returns the
+    /// bytes copied.
+    pub async fn read_to<W: AsyncWrite + Unpin>(
+        &self,
+        rel: &str,
+        range: Option<(u64, u64)>,
+        dst: &mut W,
+    ) -> Result<u64, FileError> {
+        match &self.inner {
+            Inner::Local(l) => l.read_to(rel, range, dst).await,
+            Inner::Remote(r, _) => {
+                let rel = RelPath::parse(rel)?;
+                let (start, len) = range.unwrap_or((0, u64::MAX >> 1));
+                let mut src = r.read(&rel, start, len, None).await?;
+                tokio::io::copy(&mut src, dst)
+                    .await
+                    .map_err(io_err("copy a file"))
+            }
+        }
+    }
+
+    /// The entries of the directory at `path` (`""`: the root); with
+    /// `recursive`, of every directory beneath it (never through a
+    /// symlink), at most `max` entries (`truncated` then).
+    ///
+    /// # Errors
+    /// `invalid_path`, `not_found`, `not_a_directory`.
+    pub async fn list(&self, rel: &str, recursive: bool, max: usize) -> Result<Listing, FileError> {
+        match &self.inner {
+            Inner::Local(l) => l.list(rel, recursive, max).await,
+            Inner::Remote(r, _) => r.list(&RelPath::parse(rel)?, recursive, max).await,
+        }
+    }
+
+    /// Remove the file (or symlink, itself) at `path`; a directory only
+    /// when empty, or with everything in it when `recursive`.
+    ///
+    /// # Errors
+    /// `invalid_path` (also the root itself), `not_found`,
+    /// `is_a_directory` (non-empty without `recursive`).
+    pub async fn remove(&self, rel: &str, recursive: bool) -> Result<(), FileError> {
+        match &self.inner {
+            Inner::Local(l) => l.remove(rel, recursive).await,
+            Inner::Remote(r, _) => r.remove(&RelPath::parse(rel)?, recursive).await,
+        }
+    }
+
+    /// Bytes of regular files in the workspace (what the quota counts).
+    pub async fn usage(&self) -> Result<u64, FileError> {
+        match &self.inner {
+            Inner::Local(l) => l.usage().await,
+            Inner::Remote(r, _) => r.usage().await,
+        }
+    }
 }

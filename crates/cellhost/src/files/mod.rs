@@ -22,7 +22,7 @@ pub(crate) mod spill;
 
 use serde::Serialize;
 
-pub use handle::{FileReader, Opened, Prepare, Workspace, WriteLimits};
+pub use handle::{ByteReader, FileReader, Opened, Prepare, Workspace, WriteLimits};
 pub use path::RelPath;
 
 /// Default largest listing (`?recursive=true` stops there, `truncated`).

@@ -39,6 +39,9 @@ pub(crate) const RUNNER_FILES: &[(&str, &str)] = &[
     ("magics.py", include_str!("../runner/magics.py")),
     ("hints.py", include_str!("../runner/hints.py")),
     ("pipmagic.py", include_str!("../runner/pipmagic.py")),
+    // `%pip` on remote kernels (pip runs there) and `%pip uninstall`.
+    ("remotepip.py", include_str!("../runner/remotepip.py")),
+    ("pipuninstall.py", include_str!("../runner/pipuninstall.py")),
 ];
 
 /// How a process ended, for notes and errors.

@@ -19,10 +19,12 @@ pub(crate) enum Request {
     },
     List,
     Show(Vec<String>),
+    /// Names to remove from the session's package dir.
+    Uninstall(Vec<String>),
 }
 
 const USAGE: &str = "supported: `%pip install [-U] [--no-deps] [--pre] [-q] NAME[==VERSION]…`, \
-                     `%pip list`, `%pip show NAME…`";
+                     `%pip uninstall NAME…`, `%pip list`, `%pip show NAME…`";
 
 /// Parse `line` (what follows `%pip`) and check it against `policy`.
 pub(crate) fn parse(line: &str, policy: &PackagesConfig) -> Result<Request, String> {
@@ -85,11 +87,26 @@ pub(crate) fn parse(line: &str, policy: &PackagesConfig) -> Result<Request, Stri
                 .collect::<Result<_, _>>()?;
             Ok(Request::Show(names))
         }
-        "uninstall" => Err(
-            "`%pip uninstall` is not supported yet; packages installed in this session stay \
-             until the session is deleted (a later `%pip install -U NAME==VERSION` replaces one)"
-                .into(),
-        ),
+        "uninstall" => {
+            let names: Vec<String> = rest
+                .iter()
+                .filter(|w| !matches!(w.as_str(), "-y" | "--yes"))
+                .map(|w| {
+                    let (name, tail) = split_name(w);
+                    if name.is_empty() || !tail.is_empty() || w.starts_with('-') {
+                        Err(format!(
+                            "`%pip uninstall` takes package names, not {w:?}; {USAGE}"
+                        ))
+                    } else {
+                        Ok(name.to_owned())
+                    }
+                })
+                .collect::<Result<_, _>>()?;
+            if names.is_empty() {
+                return Err(format!("`%pip uninstall` needs a package name; {USAGE}"));
+            }
+            Ok(Request::Uninstall(names))
+        }
         other => Err(format!("`%pip {other}` is not supported; {USAGE}")),
     }
 }
@@ -241,6 +258,10 @@ mod tests {
             parse("show a b", &policy()).unwrap(),
             Request::Show(vec!["a".into(), "b".into()])
         );
+        assert_eq!(
+            parse("uninstall -y a b", &policy()).unwrap(),
+            Request::Uninstall(vec!["a".into(), "b".into()])
+        );
     }
 
     #[test]
@@ -254,7 +275,9 @@ mod tests {
             ("install Evil_Thing", "deny pattern \"evil*\""),
             ("install very.bad", "deny pattern \"*-bad\""),
             ("install", "at least one"),
-            ("uninstall a", "not supported yet"),
+            ("uninstall", "needs a package name"),
+            ("uninstall ./a", "takes package names"),
+            ("uninstall -r x", "takes package names"),
             ("download a", "not supported"),
         ] {
             let e = parse(line, &policy()).unwrap_err();

@@ -128,7 +128,13 @@ async fn run<W: AsyncWrite + Unpin>(
     };
     if status != 0 {
         let mut msg = format!("pip {} failed (exit status {status}):\n{tail}", verb(&req));
-        if policy.only_binary && tail.contains("satisfies the requirement") {
+        if policy.only_binary
+            && (tail.contains("satisfies the requirement")
+                || tail.contains("no usable")
+                || tail.contains("--no-build")
+                || tail.contains("only_binary")
+                || tail.contains("--only-binary"))
+        {
             msg.push_str(
                 "\nnote: [packages] only_binary = true in cellhost.toml allows wheels only (no \
                  package code runs at install time); a package published only as a source \
@@ -160,6 +166,31 @@ fn verb(req: &Request) -> &'static str {
         Request::Install { .. } => "install",
         Request::List => "list",
         Request::Show(_) => "show",
+        Request::Uninstall(_) => "uninstall",
+    }
+}
+
+/// `uninstall` from a `--target` dir (pip cannot): RECORD-driven removal.
+const UNINSTALL: &str = include_str!("../runner/pipuninstall.py");
+
+/// The `uv` binary `%pip install` runs, when `[packages] installer`
+/// picks uv (`auto`: when one is found).
+pub(crate) fn uv_for(policy: &crate::config::PackagesConfig) -> Result<Option<PathBuf>, String> {
+    use crate::config::PipInstaller;
+    let found = || {
+        policy
+            .uv
+            .clone()
+            .or_else(|| crate::sandbox::launch::find_program("uv"))
+    };
+    match policy.installer {
+        PipInstaller::Pip => Ok(None),
+        PipInstaller::Auto => Ok(found()),
+        PipInstaller::Uv => found().map(Some).ok_or_else(|| {
+            "[packages] installer = \"uv\" but no `uv` was found on PATH; install it \
+             (pip install uv) or set [packages] uv to its path"
+                .to_owned()
+        }),
     }
 }
 
@@ -179,14 +210,81 @@ fn command(inst: &Installer, dir: &Path, req: &Request) -> Result<tokio::process
         None
     };
     let policy = &inst.policy;
-    let mut pip: Vec<OsString> = vec![
-        inst.python.clone().into(),
-        "-s".into(),
-        "-m".into(),
-        "pip".into(),
-    ];
+    let uv = match req {
+        Request::Install { .. } => uv_for(policy)?,
+        _ => None,
+    };
+    let mut prefixes = prefixes;
+    let mut pip: Vec<OsString> = match (&uv, req) {
+        (Some(uv), _) => {
+            // Bound read-only at its own path, like the interpreter.
+            if let Some(dir) = uv.parent() {
+                prefixes.push(dir.to_path_buf());
+            }
+            vec![uv.clone().into(), "pip".into()]
+        }
+        (None, Request::Uninstall(_)) => vec![
+            inst.python.clone().into(),
+            "-s".into(),
+            "-c".into(),
+            UNINSTALL.into(),
+        ],
+        (None, _) => vec![
+            inst.python.clone().into(),
+            "-s".into(),
+            "-m".into(),
+            "pip".into(),
+        ],
+    };
     let mut add = |s: &str| pip.push(s.into());
     match req {
+        Request::Install {
+            specs,
+            upgrade,
+            no_deps,
+            pre,
+            quiet,
+        } if uv.is_some() => {
+            add("install");
+            add("--target");
+            add(PACKAGES_AT);
+            add("--python");
+            add(&inst.python.to_string_lossy());
+            add("--cache-dir");
+            add(CACHE_AT);
+            add("--no-progress");
+            if policy.only_binary {
+                add("--only-binary");
+                add(":all:");
+            }
+            if let Some(url) = &policy.index_url {
+                add("--index-url");
+                add(url);
+            }
+            for url in &policy.extra_index_urls {
+                add("--extra-index-url");
+                add(url);
+            }
+            for (on, flag) in [
+                (*upgrade, "--upgrade"),
+                (*no_deps, "--no-deps"),
+                (*pre, "--prerelease=allow"),
+                (*quiet, "-q"),
+            ] {
+                if on {
+                    add(flag);
+                }
+            }
+            for s in specs {
+                add(s);
+            }
+        }
+        Request::Uninstall(names) => {
+            add(PACKAGES_AT);
+            for n in names {
+                add(n);
+            }
+        }
         Request::Install {
             specs,
             upgrade,
@@ -255,6 +353,8 @@ fn command(inst: &Installer, dir: &Path, req: &Request) -> Result<tokio::process
         .env("TMPDIR", "/tmp")
         .env("LANG", "C.UTF-8")
         .env("PIP_CACHE_DIR", CACHE_AT)
+        .env("UV_CACHE_DIR", CACHE_AT)
+        .env("UV_NO_CONFIG", "1")
         .env("PYTHONNOUSERSITE", "1")
         .env("PYTHONUNBUFFERED", "1")
         // `pip show` finds what `--target` installed.

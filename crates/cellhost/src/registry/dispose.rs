@@ -16,7 +16,7 @@ impl KernelManager {
         let n = self
             .dispose_where(|owner| belongs_to_session(owner, session))
             .await;
-        self.remove_workspaces(session);
+        self.remove_workspaces(session).await;
         n
     }
 
@@ -25,7 +25,7 @@ impl KernelManager {
     pub async fn dispose_child(&self, parent: &str, child: &str) -> Result<usize, OwnerError> {
         let owner = child_owner(parent, child)?;
         let n = self.dispose_where(|o| belongs_to_session(o, &owner)).await;
-        self.remove_workspaces(&owner);
+        self.remove_workspaces(&owner).await;
         Ok(n)
     }
 
@@ -39,6 +39,16 @@ impl KernelManager {
     pub fn workspace(&self, owner: &str) -> Result<crate::files::Workspace, super::ManagerError> {
         super::key::validate_owner(owner)?;
         let opts = &self.shared.opts;
+        if let Some(backend) = super::remote::workspace_backend(opts, &self.shared.backends, owner)
+        {
+            if let Some(ws) = self
+                .shared
+                .backends
+                .workspace(&backend, owner, opts.workspace_quota)
+            {
+                return Ok(crate::files::Workspace::remote(ws));
+            }
+        }
         let dir = workspace::of_owner(&opts.workspace_root(), owner, opts.volumes());
         opts.remount_volume(&dir);
         Ok(crate::files::Workspace::new(
@@ -49,10 +59,16 @@ impl KernelManager {
         ))
     }
 
-    /// The workspaces of `owner` and its children (after its kernels died).
-    fn remove_workspaces(&self, owner: &str) {
+    /// The workspaces of `owner` and its children (after its kernels died),
+    /// here and on the remote backend its files live on.
+    async fn remove_workspaces(&self, owner: &str) {
         let root = self.shared.opts.workspace_root();
         workspace::remove(&root, &workspace::home(&root, owner));
+        let opts = &self.shared.opts;
+        if let Some(backend) = super::remote::workspace_backend(opts, &self.shared.backends, owner)
+        {
+            self.shared.backends.drop_workspace(&backend, owner).await;
+        }
     }
 
     async fn dispose_where(&self, pick: impl Fn(&str) -> bool) -> usize {

@@ -43,6 +43,7 @@ pub use key::{
 };
 pub use options::{default_data_dir, ManagerOptions};
 pub use recovery::RecoveryReport;
+pub(crate) use workspace::dir_name as workspace_dir_name;
 
 /// Failure of a manager call. A cell that fails is not an error: it is a
 /// [`CellResult`] that says so.

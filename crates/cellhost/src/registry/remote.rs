@@ -10,7 +10,23 @@ use crate::remote::{Backends, Placement};
 /// The manager's backends; ssh control sockets go under its runtime dir.
 pub(super) fn backends(opts: &ManagerOptions) -> Backends {
     let runtime = opts.kernel.staging_root.parent().unwrap_or(&opts.data_dir);
-    Backends::new(&opts.backends, &crate::remote::ssh_dir(runtime))
+    // The data dir names this manager's workspaces on remote hosts: the
+    // same after a restart, another manager's never.
+    let scope = crate::remote::short_hash(&opts.data_dir.display().to_string());
+    Backends::new(&opts.backends, &crate::remote::ssh_dir(runtime)).with_workspaces(scope)
+}
+
+/// The backend `owner`'s workspace lives on: its session's default, else
+/// the manager's; `None` for the local one.
+pub(super) fn workspace_backend(
+    opts: &ManagerOptions,
+    backends: &Backends,
+    owner: &str,
+) -> Option<String> {
+    backends
+        .session_default(owner)
+        .or_else(|| opts.default_backend.clone())
+        .filter(|b| b != "local")
 }
 
 /// The key of `owner`'s cell: its backend is the spec's, else the

@@ -130,6 +130,19 @@ impl DockerTransport {
         })
     }
 
+    /// A transport into the existing `container` with `config`'s client,
+    /// user and daemon (no `docker run`).
+    pub(crate) fn existing_of(config: &DockerConfig, container: &str) -> DockerTransport {
+        let (docker, env) = Self::client(config);
+        DockerTransport {
+            docker,
+            env,
+            container: container.to_owned(),
+            user: config.user.clone(),
+            owned: Mutex::new(false),
+        }
+    }
+
     /// A transport into an existing container (for tests).
     #[cfg(test)]
     fn existing(container: &str) -> DockerTransport {
@@ -184,6 +197,19 @@ impl Transport for DockerTransport {
                 });
             }
             Ok(out)
+        })
+    }
+
+    fn stream_client<'a>(
+        &'a self,
+        script: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Client>, ExecError>> {
+        Box::pin(async move {
+            Ok(Some(Client {
+                program: self.docker.clone(),
+                args: self.command_args(script),
+                env: self.env.clone(),
+            }))
         })
     }
 

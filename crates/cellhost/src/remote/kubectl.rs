@@ -64,6 +64,19 @@ impl Transport for KubectlTransport {
         })
     }
 
+    fn stream_client<'a>(
+        &'a self,
+        script: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Client>, ExecError>> {
+        Box::pin(async move {
+            Ok(Some(Client {
+                program: self.kubectl.clone(),
+                args: self.command_args(script),
+                env: vec![],
+            }))
+        })
+    }
+
     fn describe(&self) -> String {
         format!("kubectl exec {}", self.pod)
     }

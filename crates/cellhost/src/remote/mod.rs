@@ -14,6 +14,7 @@
 //! of one manager.
 
 mod docker;
+mod files;
 mod fleet;
 mod kernel;
 mod kubectl;
@@ -28,6 +29,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use docker::DockerTransport;
+pub use files::{RemoteReader, RemoteWorkspace};
 pub use fleet::{Fleet, Lease};
 pub use kubectl::KubectlTransport;
 pub use ssh::SshTransport;
@@ -37,7 +39,7 @@ use crate::config::BackendConfig;
 use crate::kernel::{Kernel, KernelOptions, SpawnError};
 
 /// Stable short hex name for file names (FNV-1a, 64 bits).
-pub(crate) fn short_hash(s: &str) -> String {
+pub fn short_hash(s: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in s.bytes() {
         h ^= u64::from(b);
@@ -66,6 +68,11 @@ pub struct Backends {
     /// This manager's id, the `cellhost.manager` label of the containers
     /// it starts (removed at shutdown if a kernel left one).
     manager: String,
+    /// Names this manager's workspaces on the remote side (stable across
+    /// restarts: a hash of its data dir), so two managers sharing a host
+    /// never share a session's files. `None`: remote kernels get no
+    /// workspace (their cwd is the spec's, else the login dir).
+    scope: Option<String>,
 }
 
 /// A backend name that is not configured.
@@ -118,6 +125,67 @@ impl Backends {
             map: Arc::new(map),
             sessions: Arc::default(),
             manager: format!("{}-{}", std::process::id(), crate::sys::random_hex(6)),
+            scope: None,
+        }
+    }
+
+    /// Give remote kernels per-session workspaces named under `scope`.
+    pub(crate) fn with_workspaces(mut self, scope: String) -> Backends {
+        self.scope = Some(scope);
+        self
+    }
+
+    /// `owner`'s workspace on backend `name` (on a fleet: the host its
+    /// kernel runs on, else the host a new kernel would go to). `None`
+    /// when the backend is not configured or workspaces are off.
+    pub fn workspace(
+        &self,
+        name: &str,
+        owner: &str,
+        quota: Option<u64>,
+    ) -> Option<RemoteWorkspace> {
+        let scope = self.scope.as_deref()?;
+        let backend = self.map.get(name)?;
+        let (config, transport): (&BackendConfig, Arc<dyn Transport>) = match backend {
+            Backend::Ssh {
+                config,
+                hosts,
+                fleet,
+            } => (config, hosts[fleet.peek(owner)].clone()),
+            Backend::Kubectl(config, t) => (config, t.clone()),
+            Backend::Docker(config @ BackendConfig::Docker(d)) => match &d.container {
+                Some(c) => (config, Arc::new(DockerTransport::existing_of(d, c))),
+                None => {
+                    let t = Arc::new(DockerTransport::existing_of(d, ""));
+                    return Some(RemoteWorkspace::unsupported(
+                        t,
+                        format!(
+                            "backend {name:?} starts a container per kernel (image mode), which goes with its kernel: it has no workspace that files could be kept in; use `container = …` for a workspace"
+                        ),
+                    ));
+                }
+            },
+            Backend::Docker(_) => return None,
+        };
+        let common = config.common();
+        Some(RemoteWorkspace::new(
+            transport,
+            common.python.clone(),
+            common.tmpdir.clone(),
+            files::key_of(scope, owner),
+            quota,
+            common.transport_timeout(),
+        ))
+    }
+
+    /// Remove `owner`'s remote workspace and its children's on backend
+    /// `name` (best effort: an unreachable host keeps them).
+    pub(crate) async fn drop_workspace(&self, name: &str, owner: &str) {
+        let Some(scope) = self.scope.as_deref() else {
+            return;
+        };
+        if let Some(ws) = self.workspace(name, owner, None) {
+            ws.drop_home(&files::home_key(scope, owner)).await;
         }
     }
 
@@ -208,19 +276,51 @@ impl Backends {
             .map(Duration::from_secs)
             .or(p.idle_timeout)
             .unwrap_or(Duration::from_secs(1800));
-        let options =
-            |transport: Arc<dyn Transport>, owns_transport: bool, lease: Option<Lease>| {
-                kernel::RemoteKernelOptions {
-                    backend: name.to_owned(),
-                    transport,
-                    owns_transport,
-                    common: common.clone(),
-                    idle_exit: idle,
-                    cwd: p.cwd.map(|c| c.display().to_string()),
-                    kernel: p.kernel.clone(),
-                    lease,
-                }
-            };
+        let options = |transport: Arc<dyn Transport>,
+                       owns_transport: bool,
+                       lease: Option<Lease>,
+                       cwd: Option<String>| {
+            kernel::RemoteKernelOptions {
+                backend: name.to_owned(),
+                transport,
+                owns_transport,
+                common: common.clone(),
+                idle_exit: idle,
+                cwd: p.cwd.map(|c| c.display().to_string()).or(cwd),
+                kernel: p.kernel.clone(),
+                lease,
+            }
+        };
+        // The session's workspace on the remote side, made before the
+        // runner starts in it (its cwd), unless the spec names a cwd.
+        let workspace_of = |t: &Arc<dyn Transport>| {
+            let scope = self.scope.clone();
+            let t = t.clone();
+            let (python, tmpdir) = (common.python.clone(), common.tmpdir.clone());
+            let timeout = common.transport_timeout();
+            let policy = files::policy_json(&p.kernel.packages.policy);
+            async move {
+                let Some(scope) = scope.filter(|_| p.cwd.is_none()) else {
+                    return Ok(None);
+                };
+                let ws = RemoteWorkspace::new(
+                    t,
+                    python,
+                    tmpdir,
+                    files::key_of(&scope, p.owner),
+                    None,
+                    timeout,
+                );
+                ws.make_root(Some(policy))
+                    .await
+                    .map(Some)
+                    .map_err(|e| {
+                        format!(
+                            "could not make the session's workspace under the remote temp dir ({e}); check the backend's tmpdir, its python and disk space"
+                        )
+                    })
+            }
+        };
         match backend {
             Backend::Ssh { hosts, fleet, .. } => {
                 // A host that fails to connect or ship is put in backoff
@@ -231,7 +331,16 @@ impl Backends {
                     let host = lease.host;
                     tried[host] = true;
                     let t: Arc<dyn Transport> = hosts[host].clone();
-                    match kernel::spawn(options(t, false, Some(lease))).await {
+                    let started = match workspace_of(&t).await {
+                        Ok(cwd) => kernel::spawn(options(t, false, Some(lease), cwd)).await,
+                        Err(e) => {
+                            // Released before the next placement: a
+                            // lease keeps its owner on this host.
+                            drop(lease);
+                            Err(err(e))
+                        }
+                    };
+                    match started {
                         Ok(k) => {
                             fleet.succeeded(host);
                             return Ok(k);
@@ -251,10 +360,22 @@ impl Backends {
                     .await
                     .map_err(|e| err(e.to_string()))?;
                 let owns = d.container.is_none();
-                kernel::spawn(options(Arc::new(t), owns, None)).await
+                let t: Arc<dyn Transport> = Arc::new(t);
+                // Image mode: the container (and so any workspace in it)
+                // goes with the kernel; no workspace is made.
+                let cwd = if owns {
+                    None
+                } else {
+                    workspace_of(&t).await.map_err(err)?
+                };
+                kernel::spawn(options(t, owns, None, cwd)).await
             }
             Backend::Docker(c) => Err(err(format!("misconfigured backend {c:?}"))),
-            Backend::Kubectl(_, t) => kernel::spawn(options(t.clone(), false, None)).await,
+            Backend::Kubectl(_, t) => {
+                let t: Arc<dyn Transport> = t.clone();
+                let cwd = workspace_of(&t).await.map_err(err)?;
+                kernel::spawn(options(t, false, None, cwd)).await
+            }
         }
     }
 

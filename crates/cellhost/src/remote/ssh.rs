@@ -289,6 +289,20 @@ impl Transport for SshTransport {
         })
     }
 
+    fn stream_client<'a>(
+        &'a self,
+        script: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Client>, ExecError>> {
+        Box::pin(async move {
+            self.ensure_master().await?;
+            Ok(Some(Client {
+                program: self.ssh.clone(),
+                args: self.command_args(script),
+                env: vec![],
+            }))
+        })
+    }
+
     fn describe(&self) -> String {
         let user = self
             .user

@@ -66,6 +66,18 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// Where this runs, for notes: `ssh user@host:port`, `docker exec ID`.
     fn describe(&self) -> String;
 
+    /// The local client that runs `script` remotely with its stdin and
+    /// stdout as pipes, for transfers streamed rather than collected
+    /// (workspace files). The script is the command (never a secret,
+    /// never file content). `None`: this transport cannot stream.
+    fn stream_client<'a>(
+        &'a self,
+        script: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Client>, ExecError>> {
+        let _ = script;
+        Box::pin(async { Ok(None) })
+    }
+
     /// Release what the transport holds (ssh master, per-kernel
     /// container). Idempotent; best effort.
     fn shutdown(&self) -> BoxFuture<'_, ()> {

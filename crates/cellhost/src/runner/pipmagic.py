@@ -51,6 +51,22 @@ def _refresh(path):
     importlib.invalidate_caches()
 
 
+_REMOTE = globals().get("_REMOTE")
+
+
+def _remote_pip(line):
+    # A remote kernel: pip runs here, on the remote side (see remotepip.py).
+    here = _REMOTE["here"]
+    mod = {"__name__": "cellhost_remotepip"}
+    with open(_os.path.join(here, "remotepip.py"), "rb") as f:
+        exec(compile(f.read(), "<cellhost remotepip>", "exec"), mod)
+    with open(_os.path.join(here, "pipuninstall.py"), "rb") as f:
+        uninstaller = f.read().decode()
+    status = mod["run"](str(line), _REMOTE["policy"], _REMOTE["dir"], uninstaller, PipError)
+    _refresh(_REMOTE["dir"])
+    return status
+
+
 def pip_magic(line: str) -> int:
     """Run `%pip <line>` (install, list, show) through the host. Returns
     pip's exit status (0); raises PipError when pip failed or the line was
@@ -58,6 +74,8 @@ def pip_magic(line: str) -> int:
     import json
     import socket
 
+    if _REMOTE is not None:
+        return _remote_pip(line)
     if not _TOKEN or not _os.path.exists(_SOCKET):
         raise PipError("%pip is unavailable in this kernel: it has no channel to the host")
     body = json.dumps({"token": _TOKEN, "tool": _REQUEST, "args": {"line": str(line)}}).encode()

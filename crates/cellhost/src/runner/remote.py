@@ -174,6 +174,27 @@ def _write_atomic(name, data):
     os.rename(tmp, os.path.join(DIR, name))
 
 
+def _setup_packages(cwd):
+    # The session's workspace (`<home>/ws`, the cwd the host made): its
+    # package dir is `<home>/pkgs`, on sys.path ahead of site-packages,
+    # and `%pip` runs pip here under the policy the host wrote beside it.
+    import json
+
+    cwd = os.path.abspath(cwd)
+    if os.path.basename(cwd) != "ws":
+        return
+    home = os.path.dirname(cwd)
+    try:
+        with open(os.path.join(home, "packages.json"), "rb") as f:
+            policy = json.loads(f.read())
+    except (OSError, ValueError):
+        return
+    pkgs = os.path.join(home, "pkgs")
+    R._packages_dir = pkgs
+    R._pip_remote = {"policy": policy, "dir": pkgs, "here": DIR}
+    R._add_packages_dir(pkgs)
+
+
 def _setup(chdir):
     _read_env()
     R._setup_display()
@@ -193,6 +214,7 @@ def _setup(chdir):
             pass
     if chdir:
         os.chdir(chdir)
+        _setup_packages(chdir)
     if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.abspath(DIR):
         sys.path[0] = ""
     return R.Runner()

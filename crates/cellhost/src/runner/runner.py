@@ -59,6 +59,7 @@ _sources = {}  # filename -> source, pushed into linecache lazily
 # that has tools.
 _tools_token = None
 _packages_dir = None  # --packages=
+_pip_remote = None  # a remote runner: {"policy", "dir", "here"}; pip runs in the kernel
 _preload = []  # --preload=: imported before the hello
 _pipmagic_source = None  # pipmagic.py, read at start (see _PipMagicHook)
 
@@ -314,6 +315,7 @@ class _PipMagicHook:
         mod._SOCKET = os.path.join(here, "tools.sock")
         mod._TOKEN = _tools_token
         mod._PATH = _packages_dir
+        mod._REMOTE = _pip_remote
         exec(compile(_pipmagic_source, "<cellhost pipmagic>", "exec"), mod.__dict__)
 
 
