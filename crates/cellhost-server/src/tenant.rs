@@ -206,6 +206,19 @@ impl Gate {
             .chain(t.pending.keys().map(String::as_str))
             .collect();
         let new_owner = !owners.contains(owner);
+        let sessions: HashSet<&str> = owners.iter().map(|o| session_of(o)).collect();
+        if let Some(max) = limits.max_sessions {
+            if !sessions.contains(session_of(owner)) && sessions.len() >= max {
+                return Err(too_many(
+                    format!(
+                        "tenant {name:?} has {max} sessions with live kernels, its \
+                         max_sessions; dispose one (DELETE /v1/sessions/{{session}}) or wait \
+                         for idle ones to be reaped"
+                    ),
+                    LIMIT_RETRY_SECONDS,
+                ));
+            }
+        }
         if let (Some(max), true) = (limits.max_kernels, new_owner) {
             let pending_new = t
                 .pending
@@ -218,19 +231,6 @@ impl Gate {
                         "tenant {name:?} has {max} live kernels, its max_kernels; dispose a \
                          session (DELETE /v1/sessions/{{session}}) or wait for idle ones to be \
                          reaped"
-                    ),
-                    LIMIT_RETRY_SECONDS,
-                ));
-            }
-        }
-        let sessions: HashSet<&str> = owners.iter().map(|o| session_of(o)).collect();
-        if let Some(max) = limits.max_sessions {
-            if !sessions.contains(session_of(owner)) && sessions.len() >= max {
-                return Err(too_many(
-                    format!(
-                        "tenant {name:?} has {max} sessions with live kernels, its \
-                         max_sessions; dispose one (DELETE /v1/sessions/{{session}}) or wait \
-                         for idle ones to be reaped"
                     ),
                     LIMIT_RETRY_SECONDS,
                 ));
