@@ -301,6 +301,31 @@ async def check_mcp():
                             r = await c.call_tool("execute_code",
                                                   {"code": "z", "session": "alice:conv"})
                             assert "'a'" in text(r), text(r)
+    # An MCP session is bound to the token that opened it: another
+    # tenant naming its id gets what an unknown id gets.
+    accept = {"Accept": "application/json, text/event-stream"}
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "raw", "version": "0"}}}
+    s, _, h = http("POST", "/mcp", init, ALICE, headers=accept, raw=True)
+    sid = h["mcp-session-id"]
+    assert s == 200 and sid, (s, h)
+    http("POST", "/mcp", {"jsonrpc": "2.0", "method": "notifications/initialized"}, ALICE,
+         headers={**accept, "Mcp-Session-Id": sid}, raw=True)
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    nobody = str(uuid.uuid4())
+    for method, body in [("POST", listing), ("GET", None), ("DELETE", None)]:
+        theirs = http(method, "/mcp", body, BOB, headers={**accept, "Mcp-Session-Id": sid}, raw=True)
+        missing = http(method, "/mcp", body, BOB, headers={**accept, "Mcp-Session-Id": nobody},
+                       raw=True)
+        assert theirs[:2] == missing[:2], (method, theirs, missing)
+        assert method == "DELETE" or theirs[0] == 404, (method, theirs)
+    # Bob's DELETE closed nothing: alice's session still answers.
+    s, text_, _ = http("POST", "/mcp", listing, ALICE, headers={**accept, "Mcp-Session-Id": sid},
+                       raw=True)
+    assert s == 200 and "execute_code" in text_, (s, text_)
+    s, _, _ = http("DELETE", "/mcp", None, ALICE, headers={"Mcp-Session-Id": sid}, raw=True)
+    assert s == 200, s
     print("OK mcp")
 
 
