@@ -113,6 +113,17 @@ def check_http():
         for method, path_of, body in routes:
             statuses.add(same_as_missing(method, path_of, token, "a-only", "z-none", body))
     assert 404 in statuses, statuses
+    # ...and as fast: the same code path (a key nobody has). Interleaved
+    # medians, with a wide bound for a loaded machine.
+    import time
+    took = {"a-only": [], "z-none": []}
+    for _ in range(40):
+        for name in took:
+            t0 = time.perf_counter()
+            http("GET", f"/v1/sessions/{name}/history", token=BOB)
+            took[name].append(time.perf_counter() - t0)
+    med = {k: sorted(v)[len(v) // 2] for k, v in took.items()}
+    assert 1 / 3 < med["a-only"] / med["z-none"] < 3, med
     # None of that touched alice's session, its state or its files.
     assert value("a-only", "secret") == "42"
     s, body, _ = http("GET", "/v1/sessions/a-only/files/f.txt", raw=True)
