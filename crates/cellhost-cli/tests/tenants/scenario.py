@@ -256,6 +256,13 @@ def check_jupyter():
         raise AssertionError("bob opened a kernel nobody gave him")
     except websocket.WebSocketBadStatusException as e:
         assert e.status_code == 404, e
+    # A tenant registers at most max_sessions Jupyter kernels.
+    capped = "capped-token"
+    s, k = http("POST", "/api/kernels", {"id": "cj1"}, capped)
+    assert s == 201, (s, k)
+    s, r, h = http("POST", "/api/kernels", {"id": "cj2"}, capped, raw=True)
+    assert s == 429 and int(h["retry-after"]) >= 1 and "max_sessions" in r, (s, r, h)
+    assert http("DELETE", "/api/kernels/cj1", token=capped)[0] == 204
     print("OK jupyter")
 
 

@@ -188,6 +188,32 @@ impl Jupyter {
                 ),
             ));
         }
+        if let (None, Some(t)) = (self.hub(&id), self.app.options.tenants.tenant_of(&id)) {
+            // A registered kernel holds a hub until deleted: a tenant may
+            // register as many as its max_sessions.
+            if let Some(max) = t.limits.max_sessions {
+                let prefix = format!("{}{}", t.name, cellhost::tenant::SEPARATOR);
+                let mine = self
+                    .hubs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .keys()
+                    .filter(|k| k.starts_with(&prefix))
+                    .count();
+                if mine >= max {
+                    return Err(ApiError::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "tenant_limit",
+                        format!(
+                            "tenant {:?} has {max} Jupyter kernels registered, its \
+                             max_sessions; delete one (DELETE /api/kernels/{{id}}) first",
+                            t.name
+                        ),
+                    )
+                    .retry_after(5));
+                }
+            }
+        }
         self.hub_or_new(&id, name);
         Ok(self
             .model(scope, &id)
