@@ -273,7 +273,8 @@ pub(crate) type Answer = Result<Ran, ApiError>;
 ///
 /// # Errors
 /// A 429 [`ApiError`] (with `Retry-After`) when the session already has
-/// as many cells waiting, or as much code in flight, as allowed.
+/// as many cells waiting, or as much code in flight, as allowed, or when
+/// the cell would pass one of its tenant's limits (`tenant::Gate`).
 pub(crate) fn spawn_cell(
     state: &AppState,
     session: String,
@@ -281,14 +282,16 @@ pub(crate) fn spawn_cell(
     req: ExecuteRequest,
     cell: Cell,
 ) -> Result<oneshot::Receiver<Answer>, ApiError> {
+    let ticket = state
+        .queue
+        .admit(&state.options.limits, &session, req.code.len())?;
+    // After the queue: a cell the queue refuses does not use up the
+    // tenant's cells per minute.
     let admitted = state.gate.admit(state, &owner).inspect_err(|_| {
         state
             .metrics
             .refused(crate::tenant::tenant_of(state, &owner));
     })?;
-    let ticket = state
-        .queue
-        .admit(&state.options.limits, &session, req.code.len())?;
     let (done, result) = oneshot::channel();
     // Counted before the task exists, so a shutdown that starts now still
     // waits for this cell (and its history row).
