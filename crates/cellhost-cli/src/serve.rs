@@ -33,6 +33,24 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
         .ok()
         .filter(|t| !t.trim().is_empty())
         .or_else(|| config.server.token.clone());
+    let tenants = cellhost::tenant::Tenants::new(&config.tenants);
+    if !tenants.is_empty() {
+        // Without an admin, a tokenless request would have to be someone:
+        // tenants need the admin token, which alone sees every tenant.
+        let Some(admin) = &token else {
+            eprintln!(
+                "cellhost: [[tenants]] need an admin token: set [server] token or CELLHOST_TOKEN                  (the admin sees every tenant's sessions; see docs/tenants.md)"
+            );
+            return 2;
+        };
+        if let Some(t) = tenants.authenticate(admin.as_bytes()) {
+            eprintln!(
+                "cellhost: tenant {:?} has the admin token (CELLHOST_TOKEN / [server] token);                  give it its own",
+                t.name
+            );
+            return 2;
+        }
+    }
     let listening = match Listening::bind(addr, token.is_some()).await {
         Ok(l) => l,
         Err(e) => {
@@ -80,6 +98,7 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
             limits: cellhost_server::HttpLimits::from_config(&host.config.server),
             max_upload_bytes: host.config.files.max_upload_bytes(),
             mcp_idle_session: host.config.mcp.idle_session(),
+            tenants,
         },
     );
     let url = format!("http://{}", listening.addr);

@@ -218,7 +218,13 @@ async fn sweep(
             .list()
             .into_iter()
             .filter(|k| k.state != KernelState::Idle)
-            .map(|k| k.owner)
+            // A tenant's implicit owner is `tenant:{session id}`.
+            .filter_map(|k| {
+                k.owner
+                    .rsplit(cellhost::tenant::SEPARATOR)
+                    .next()
+                    .map(str::to_owned)
+            })
             .collect();
         for id in candidates {
             if busy.contains(&id) {

@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
 use cellhost::registry::{validate_owner, KernelManager};
+use cellhost::tenant::Caller;
 use cellhost::{Cell, CellEvent};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -114,15 +115,28 @@ impl McpServer {
             .map(str::to_owned)
     }
 
-    /// The owner a call acts for: `named`, else this session's.
+    /// Who sent the request: the daemon's auth layer puts a [`Caller`]
+    /// in the HTTP request's extensions (a tenant, or the admin); over
+    /// stdio, and over HTTP without one, the admin.
+    fn caller(ctx: &RequestContext<RoleServer>) -> Caller {
+        ctx.extensions
+            .get::<http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Caller>())
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The owner key a call acts for: `named`, else this session's, in
+    /// the caller's namespace (a tenant's `s1` is the key `tenant:s1`).
     fn owner(
         &self,
         named: Option<String>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<String, String> {
+        let caller = Self::caller(ctx);
         if let Some(name) = named {
             validate_owner(&name).map_err(|e| e.to_string())?;
-            return Ok(name);
+            return Ok(caller.key(&name));
         }
         let owner = match ctx.extensions.get::<http::request::Parts>() {
             // Over HTTP the session id is the owner; a request without one
@@ -132,7 +146,7 @@ impl McpServer {
                 .get("mcp-session-id")
                 .and_then(|v| v.to_str().ok())
                 .filter(|id| validate_owner(id).is_ok())
-                .map(str::to_owned)
+                .map(|id| caller.key(id))
                 .ok_or_else(|| {
                     "this request has no MCP session (Mcp-Session-Id): initialize a session \
                      first, or name one with the `session` argument"
@@ -214,6 +228,8 @@ impl McpServer {
     ) -> Result<CallToolResult, String> {
         let owner = self.owner(args.session, &ctx)?;
         let n = self.runner.manager().interrupt(&owner).await;
+        let caller = Self::caller(&ctx);
+        let owner = caller.name_of(&owner).unwrap_or(&owner);
         let text = if n == 0 {
             format!("No cell was running in session {owner:?}; nothing to interrupt.")
         } else {
@@ -232,6 +248,8 @@ impl McpServer {
         let owner = self.owner(args.session, &ctx)?;
         let n = self.runner.manager().dispose_owner(&owner).await;
         self.runner.disposed(&owner);
+        let caller = Self::caller(&ctx);
+        let owner = caller.name_of(&owner).unwrap_or(&owner);
         let text = if n == 0 {
             format!("Session {owner:?} had no kernel; the next execute_code starts a fresh one.")
         } else {
@@ -243,8 +261,22 @@ impl McpServer {
         Ok(structured(text, serde_json::json!({ "disposed": n })))
     }
 
-    fn list(&self) -> CallToolResult {
-        let kernels = self.runner.manager().list();
+    /// The live kernels the caller may see, named as it names them.
+    fn list(&self, caller: &Caller) -> CallToolResult {
+        let kernels: Vec<_> = self
+            .runner
+            .manager()
+            .list()
+            .into_iter()
+            .filter_map(|mut k| {
+                let name = caller.name_of(&k.owner)?.to_owned();
+                if let Some(rest) = k.key.strip_prefix(k.owner.as_str()) {
+                    k.key = format!("{name}{rest}");
+                }
+                k.owner = name;
+                Some(k)
+            })
+            .collect();
         let mut text = format!("{} live kernel(s)", kernels.len());
         for k in &kernels {
             let rss = k
@@ -280,7 +312,7 @@ impl McpServer {
             }
             tools::LIST => {
                 tools::parse::<NoArgs>(tools::LIST, args)?;
-                Ok(self.list())
+                Ok(self.list(&Self::caller(&ctx)))
             }
             other => Err(format!(
                 "unknown tool {other:?}; cellhost offers execute_code, interrupt, reset_session \

@@ -11,6 +11,7 @@ use cellhost::registry::belongs_to_session;
 use cellhost::KernelSummary;
 use serde::{Deserialize, Serialize};
 
+use crate::tenant::Scope;
 use crate::{ApiError, AppState};
 
 /// Default and largest `limit` of a history query.
@@ -40,6 +41,7 @@ fn path_error(r: PathRejection) -> ApiError {
 )]
 pub(crate) async fn execute(
     State(state): State<AppState>,
+    scope: Scope,
     session: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
@@ -53,7 +55,7 @@ pub(crate) async fn execute(
         .iter()
         .filter_map(|v| v.to_str().ok())
         .any(|v| v.contains("text/event-stream"));
-    crate::execute::run(state, session, body, sse).await
+    crate::execute::run(state, scope.key(&session), body, sse).await
 }
 
 #[derive(Serialize, utoipa::ToSchema)]
@@ -78,13 +80,15 @@ fn has_kernels(state: &AppState, owner: &str) -> bool {
 )]
 pub(crate) async fn interrupt(
     State(state): State<AppState>,
+    scope: Scope,
     session: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Count>, ApiError> {
     let Path(session) = session.map_err(path_error)?;
-    if !has_kernels(&state, &session) {
+    let key = scope.key(&session);
+    if !has_kernels(&state, &key) {
         return Err(ApiError::unknown_session(&session));
     }
-    let count = state.manager.interrupt(&session).await;
+    let count = state.manager.interrupt(&key).await;
     Ok(Json(Count { count }))
 }
 
@@ -100,16 +104,18 @@ pub(crate) async fn interrupt(
 )]
 pub(crate) async fn dispose_session(
     State(state): State<AppState>,
+    scope: Scope,
     session: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Count>, ApiError> {
     let Path(session) = session.map_err(path_error)?;
+    let key = scope.key(&session);
     let live = state
         .manager
         .list()
         .iter()
-        .any(|k| belongs_to_session(&k.owner, &session));
-    let count = state.manager.dispose_owner(&session).await;
-    crate::execute::forget_previous(&state, &session);
+        .any(|k| belongs_to_session(&k.owner, &key));
+    let count = state.manager.dispose_owner(&key).await;
+    crate::execute::forget_previous(&state, &key);
     if count == 0 && !live {
         return Err(ApiError::unknown_session(&session));
     }
@@ -128,15 +134,17 @@ pub(crate) async fn dispose_session(
 )]
 pub(crate) async fn dispose_child(
     State(state): State<AppState>,
+    scope: Scope,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<Json<Count>, ApiError> {
     let Path((session, child)) = path.map_err(path_error)?;
+    let key = scope.key(&session);
     let count = state
         .manager
-        .dispose_child(&session, &child)
+        .dispose_child(&key, &child)
         .await
         .map_err(|e| ApiError::bad_request("invalid_session", e.to_string()))?;
-    if let Ok(owner) = cellhost::registry::child_owner(&session, &child) {
+    if let Ok(owner) = cellhost::registry::child_owner(&key, &child) {
         crate::execute::forget_previous(&state, &owner);
     }
     if count == 0 {
@@ -175,6 +183,7 @@ const PAGE_BYTES_MAX: usize = 16 << 20;
 fn page_of(
     q: Result<Query<HistoryQuery>, QueryRejection>,
     session: Option<String>,
+    scope: &Scope,
 ) -> Result<(PageQuery, Option<usize>), ApiError> {
     let Query(q) = q.map_err(|r| {
         ApiError::bad_request(
@@ -191,8 +200,9 @@ fn page_of(
             "limit and max_bytes must be at least 1",
         ));
     }
-    let page = PageQuery {
+    let mut page = PageQuery {
         session,
+        tenant: None,
         limit: q.limit.unwrap_or(HISTORY_DEFAULT).min(HISTORY_MAX),
         max_bytes: q
             .max_bytes
@@ -201,6 +211,7 @@ fn page_of(
         before: q.before,
         after: q.after,
     };
+    scope.history(&mut page);
     Ok((page, q.preview.map(|p| p.max(256))))
 }
 
@@ -233,7 +244,16 @@ async fn read_history(state: &AppState, q: PageQuery) -> Result<Page, ApiError> 
 
 /// The rows as JSON (an array, as before paging), with the continuation
 /// in `Cellhost-Next-Before` and a `Link: <…?before=ID…>; rel="next"`.
-fn page_response(path: &str, q: &PageQuery, mut page: Page, preview: Option<usize>) -> Response {
+fn page_response(
+    scope: &Scope,
+    path: &str,
+    q: &PageQuery,
+    mut page: Page,
+    preview: Option<usize>,
+) -> Response {
+    for r in &mut page.rows {
+        scope.row(r);
+    }
     if let Some(n) = preview {
         for r in &mut page.rows {
             r.code = cap_text(&r.code, n, true);
@@ -279,18 +299,19 @@ fn page_response(path: &str, q: &PageQuery, mut page: Page, preview: Option<usiz
 )]
 pub(crate) async fn session_history(
     State(state): State<AppState>,
+    scope: Scope,
     session: Result<Path<String>, PathRejection>,
     query: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Path(session) = session.map_err(path_error)?;
-    let (q, preview) = page_of(query, Some(session.clone()))?;
+    let (q, preview) = page_of(query, Some(session.clone()), &scope)?;
     let page = read_history(&state, q.clone()).await?;
     let cursor = q.before.is_some() || q.after.is_some();
-    if page.rows.is_empty() && !cursor && !has_kernels(&state, &session) {
+    if page.rows.is_empty() && !cursor && !has_kernels(&state, &scope.key(&session)) {
         return Err(ApiError::unknown_session(&session));
     }
     let path = format!("/v1/sessions/{}/history", percent(&session));
-    Ok(page_response(&path, &q, page, preview))
+    Ok(page_response(&scope, &path, &q, page, preview))
 }
 
 /// The last cells of every session, oldest first (the dashboard's feed),
@@ -302,11 +323,12 @@ pub(crate) async fn session_history(
 )]
 pub(crate) async fn recent_history(
     State(state): State<AppState>,
+    scope: Scope,
     query: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    let (q, preview) = page_of(query, None)?;
+    let (q, preview) = page_of(query, None, &scope)?;
     let page = read_history(&state, q.clone()).await?;
-    Ok(page_response("/v1/history", &q, page, preview))
+    Ok(page_response(&scope, "/v1/history", &q, page, preview))
 }
 
 /// A path segment with everything but unreserved characters escaped.
@@ -326,8 +348,11 @@ fn percent(s: &str) -> String {
     get, path = "/v1/kernels",
     responses((status = 200, description = "One entry per live owned kernel, oldest first", body = Vec<cellhost_protocol::KernelSummary>))
 )]
-pub(crate) async fn kernels(State(state): State<AppState>) -> Json<Vec<KernelSummary>> {
-    Json(state.manager.list())
+pub(crate) async fn kernels(
+    State(state): State<AppState>,
+    scope: Scope,
+) -> Json<Vec<KernelSummary>> {
+    Json(scope.kernels(&state))
 }
 
 /// What code in a new session's kernel runs in: Python version, sandbox

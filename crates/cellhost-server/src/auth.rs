@@ -5,12 +5,16 @@
 //! cookie alone authenticates reads (GET/HEAD) only: a state-changing
 //! request with the cookie also needs the header `X-Cellhost: 1`, which
 //! the dashboard's script sends and a cross-site form cannot.
+//!
+//! The token says who the caller is: the `[server] token` is the admin,
+//! a `[[tenants]]` token that tenant (see `tenant`).
 
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::tenant::Caller;
 use crate::{ApiError, AppState};
 
 /// The dashboard's cookie.
@@ -40,14 +44,34 @@ fn jupyter_query_token(req: &Request) -> Option<&str> {
         .find_map(|kv| kv.strip_prefix("token="))
 }
 
+/// Who `token` is: the admin (`[server] token`) or a tenant.
+fn caller_of(state: &AppState, token: &str) -> Option<Caller> {
+    let admin = state
+        .options
+        .token
+        .as_deref()
+        .is_some_and(|t| equal(token.as_bytes(), t.as_bytes()));
+    let tenant = state.options.tenants.authenticate(token.as_bytes());
+    match (admin, tenant) {
+        (true, _) => Some(Caller::Admin),
+        (false, Some(t)) => Some(Caller::Tenant(t.name.clone())),
+        (false, None) => None,
+    }
+}
+
+/// Resolves the request's [`Caller`] (put in its extensions for the
+/// routes, see `tenant`) or answers 401. Without any token configured
+/// everyone is the admin; with tenants but no admin token (refused by
+/// `cellhost serve`) nobody is.
 pub(crate) async fn require_token(
     State(state): State<AppState>,
-    req: Request,
+    mut req: Request,
     next: Next,
 ) -> Response {
-    let Some(token) = state.options.token.as_deref() else {
+    if state.options.token.is_none() && state.options.tenants.is_empty() {
+        req.extensions_mut().insert(Caller::Admin);
         return next.run(req).await;
-    };
+    }
     if req.uri().path() == "/healthz" {
         return next.run(req).await;
     }
@@ -63,25 +87,35 @@ pub(crate) async fn require_token(
         .is_some_and(|v| v.as_bytes() == b"1");
     let cookie_ok = reads || csrf_header;
     let sent_cookie = req.headers().contains_key(header::COOKIE);
-    let cookie = cookie_ok
-        && req
-            .headers()
+    let by_bearer = bearer.and_then(|b| caller_of(&state, b));
+    let by_cookie = || {
+        if !cookie_ok {
+            return None;
+        }
+        req.headers()
             .get_all(header::COOKIE)
             .iter()
             .filter_map(|v| v.to_str().ok())
             .flat_map(|v| v.split(';'))
             .filter_map(|kv| kv.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-            .any(|v| equal(v.as_bytes(), token.as_bytes()));
-    let jupyter = jupyter_query_token(&req).is_some_and(|q| equal(q.as_bytes(), token.as_bytes()));
-    if bearer.is_some_and(|b| equal(b.as_bytes(), token.as_bytes())) || cookie || jupyter {
+            .find_map(|v| caller_of(&state, v))
+    };
+    let by_jupyter = || jupyter_query_token(&req).and_then(|q| caller_of(&state, q));
+    let caller = by_bearer.or_else(by_cookie).or_else(by_jupyter);
+    if let Some(caller) = caller {
+        req.extensions_mut().insert(caller);
         return next.run(req).await;
     }
     // `/?token=…` (the URL `cellhost serve` prints) sets the cookie.
     let query_token = (req.uri().path() == "/")
         .then(|| req.uri().query())
         .flatten()
-        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")));
-    if query_token.is_some_and(|q| equal(q.as_bytes(), token.as_bytes())) {
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("token=")))
+        .map(str::to_owned);
+    if let Some((token, caller)) =
+        query_token.and_then(|q| Some((q.clone(), caller_of(&state, &q)?)))
+    {
+        req.extensions_mut().insert(caller);
         let mut resp = next.run(req).await;
         let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
         if let Ok(v) = HeaderValue::from_str(&cookie) {

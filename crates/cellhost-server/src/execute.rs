@@ -273,7 +273,8 @@ pub(crate) type Answer = Result<Ran, ApiError>;
 ///
 /// # Errors
 /// A 429 [`ApiError`] (with `Retry-After`) when the session already has
-/// as many cells waiting, or as much code in flight, as allowed.
+/// as many cells waiting, or as much code in flight, as allowed, or when
+/// the cell would pass one of its tenant's limits (`tenant::Gate`).
 pub(crate) fn spawn_cell(
     state: &AppState,
     session: String,
@@ -284,6 +285,13 @@ pub(crate) fn spawn_cell(
     let ticket = state
         .queue
         .admit(&state.options.limits, &session, req.code.len())?;
+    // After the queue: a cell the queue refuses does not use up the
+    // tenant's cells per minute.
+    let admitted = state.gate.admit(state, &owner).inspect_err(|_| {
+        state
+            .metrics
+            .refused(crate::tenant::tenant_of(state, &owner));
+    })?;
     let (done, result) = oneshot::channel();
     // Counted before the task exists, so a shutdown that starts now still
     // waits for this cell (and its history row).
@@ -295,7 +303,7 @@ pub(crate) fn spawn_cell(
         req,
         cell,
         done,
-        (in_flight, ticket),
+        (in_flight, ticket, admitted),
     ));
     Ok(result)
 }
@@ -307,8 +315,13 @@ async fn run_cell(
     req: ExecuteRequest,
     cell: Cell,
     done: oneshot::Sender<Answer>,
-    _held: (InFlight, crate::queue::Ticket),
+    _held: (
+        InFlight,
+        crate::queue::Ticket,
+        Option<crate::tenant::Admitted>,
+    ),
 ) {
+    let tenant = crate::tenant::tenant_of(&state, &session).map(str::to_owned);
     let started_at = unix_now();
     let mut result = state
         .manager
@@ -321,25 +334,20 @@ async fn run_cell(
     let mut history = None;
     match &mut result {
         Ok(r) => {
-            state.metrics.record(r);
+            state.metrics.record(r, tenant.as_deref());
             // Answer only once the row has committed: a cell the client
             // saw is in the history even if the daemon is SIGKILLed next.
             if let Some(h) = &state.history {
-                let committed = h
-                    .record_committed(HistoryEntry::of(
-                        &session,
-                        req.child.as_deref(),
-                        &req.code,
-                        started_at,
-                        r,
-                    ))
-                    .await;
+                let mut row =
+                    HistoryEntry::of(&session, req.child.as_deref(), &req.code, started_at, r);
+                row.tenant = tenant.clone();
+                let committed = h.record_committed(row).await;
                 if !committed {
                     history = Some(not_recorded(h, r));
                 }
             }
         }
-        Err(_) => state.metrics.failed(),
+        Err(_) => state.metrics.failed(tenant.as_deref()),
     }
     let _ = done.send(result.map(|result| Ran { result, history }));
 }

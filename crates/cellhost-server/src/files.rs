@@ -17,6 +17,7 @@ use cellhost::files::{FileError, Opened, Workspace, WriteLimits, DEFAULT_MAX_ENT
 use futures_util::TryStreamExt;
 use serde::Deserialize;
 
+use crate::tenant::Scope;
 use crate::{ApiError, AppState};
 
 const MIB: u64 = 1024 * 1024;
@@ -70,9 +71,11 @@ fn path_error(r: PathRejection) -> ApiError {
 /// The handle of the owner a route names (a session, or its child).
 fn workspace_of(
     state: &AppState,
+    scope: &Scope,
     session: &str,
     child: Option<&str>,
 ) -> Result<Workspace, ApiError> {
+    let session = &scope.key(session);
     let owner = match child {
         Some(c) => cellhost::registry::child_owner(session, c)
             .map_err(|e| ApiError::bad_request("invalid_session", e.to_string()))?,
@@ -94,12 +97,13 @@ pub(crate) struct Target {
 /// renamed into place. 201 new, 200 replaced: `{path, size, sha256}`.
 pub(crate) async fn put(
     State(state): State<AppState>,
+    scope: Scope,
     target: Result<Path<Target>, PathRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let Path(t) = target.map_err(path_error)?;
-    let ws = workspace_of(&state, &t.session, t.child.as_deref())?;
+    let ws = workspace_of(&state, &scope, &t.session, t.child.as_deref())?;
     let max = state.options.max_upload_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
@@ -131,13 +135,14 @@ pub(crate) async fn put(
 /// Download (a file: its bytes, ranges, ETag) or list (a directory).
 pub(crate) async fn get(
     State(state): State<AppState>,
+    scope: Scope,
     target: Result<Path<Target>, PathRejection>,
     query: Result<Query<FilesQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let Path(t) = target.map_err(path_error)?;
     let q = query_of(query)?;
-    let ws = workspace_of(&state, &t.session, t.child.as_deref())?;
+    let ws = workspace_of(&state, &scope, &t.session, t.child.as_deref())?;
     let file = match ws.open(&t.path).await? {
         Opened::Dir => {
             let max = q
@@ -227,12 +232,13 @@ pub(crate) async fn get(
 /// Remove a file, or a directory with `?recursive=true`.
 pub(crate) async fn delete(
     State(state): State<AppState>,
+    scope: Scope,
     target: Result<Path<Target>, PathRejection>,
     query: Result<Query<FilesQuery>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Path(t) = target.map_err(path_error)?;
     let q = query_of(query)?;
-    let ws = workspace_of(&state, &t.session, t.child.as_deref())?;
+    let ws = workspace_of(&state, &scope, &t.session, t.child.as_deref())?;
     ws.remove(&t.path, q.recursive).await?;
     Ok(
         Json(serde_json::json!({ "path": t.path.trim_matches('/'), "removed": true }))

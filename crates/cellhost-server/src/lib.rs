@@ -11,7 +11,8 @@
 //! HTTP at `/mcp`), `jupyter` (the Jupyter Kernel Gateway protocol under
 //! `/api`), `files` (the workspace routes), `serve` (binding and
 //! shutdown), `conn` (the accept loop: connection caps and timeouts),
-//! `queue` (bounds on cells in flight).
+//! `queue` (bounds on cells in flight), `tenant` (the caller's session
+//! namespace and limits, used by every route).
 
 mod api;
 mod auth;
@@ -27,6 +28,7 @@ mod metrics;
 mod openapi;
 mod queue;
 mod serve;
+mod tenant;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -67,6 +69,9 @@ pub struct ServerOptions {
     /// An MCP session with no request and no running cell this long is
     /// closed (`[mcp] idle_session_seconds`; `None`: never).
     pub mcp_idle_session: Option<Duration>,
+    /// `[[tenants]]`: tokens with their own session namespace and limits
+    /// (`token` is then the admin's, who sees every tenant).
+    pub tenants: cellhost::tenant::Tenants,
 }
 
 impl Default for ServerOptions {
@@ -80,6 +85,7 @@ impl Default for ServerOptions {
             limits: HttpLimits::default(),
             max_upload_bytes: cellhost::config::FilesConfig::default().max_upload_bytes(),
             mcp_idle_session: Some(Duration::from_secs(600)),
+            tenants: cellhost::tenant::Tenants::default(),
         }
     }
 }
@@ -104,6 +110,8 @@ pub struct AppState {
     pub(crate) queue: queue::Queue,
     /// Connection counters (`/metrics`).
     pub(crate) conns: Arc<conn::ConnStats>,
+    /// Tenants' limits on admitted cells (429 past them).
+    pub(crate) gate: tenant::Gate,
 }
 
 impl AppState {
@@ -126,6 +134,7 @@ impl AppState {
             previous: Arc::new(std::sync::Mutex::new(previous)),
             queue: queue::Queue::default(),
             conns: Arc::default(),
+            gate: tenant::Gate::default(),
         }
     }
 }

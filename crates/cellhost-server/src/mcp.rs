@@ -3,13 +3,20 @@
 //! are counted in the metrics, recorded in the history (as the MCP
 //! session's) and waited for at shutdown.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderValue, Method};
+use axum::response::Response;
 
 use cellhost::registry::KernelManager;
 use cellhost::Cell;
 use cellhost_mcp::{CellRunner, McpServer, RunFuture};
 
 use crate::execute::{spawn_cell, ExecuteRequest};
+use crate::tenant::Caller;
 use crate::AppState;
 
 struct DaemonRunner(AppState);
@@ -48,11 +55,97 @@ impl CellRunner for DaemonRunner {
 }
 
 /// The `/mcp` service for this daemon.
-pub(crate) fn service(state: &AppState) -> cellhost_mcp::HttpService {
+pub(crate) fn service(state: &AppState) -> Bound {
     let server = McpServer::new(Arc::new(DaemonRunner(state.clone())));
-    cellhost_mcp::http_service(
-        server,
-        state.mcp_stop.clone(),
-        state.options.mcp_idle_session,
-    )
+    Bound {
+        inner: cellhost_mcp::http_service(
+            server,
+            state.mcp_stop.clone(),
+            state.options.mcp_idle_session,
+        ),
+        owners: Arc::default(),
+    }
+}
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Binds each MCP session to the caller that opened it: a request
+/// naming another caller's `Mcp-Session-Id` is passed on with an id
+/// nobody has, so it gets rmcp's own answer for an unknown session (404),
+/// exactly as for an id that does not exist. (Its kernels are namespaced
+/// anyway; this keeps a tenant from using or closing another's session.)
+#[derive(Clone)]
+pub(crate) struct Bound {
+    inner: cellhost_mcp::HttpService,
+    owners: Arc<Mutex<HashMap<String, Caller>>>,
+}
+
+impl Bound {
+    fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<String, Caller>> {
+        self.owners.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl tower::Service<Request> for Bound {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures_util::future::BoxFuture<'static, Result<Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: Request) -> Self::Future {
+        let caller = req
+            .extensions()
+            .get::<Caller>()
+            .cloned()
+            .unwrap_or_default();
+        let id = req
+            .headers()
+            .get(SESSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        if let Some(id) = &id {
+            let owner = self.owners().get(id).cloned();
+            if owner.is_some_and(|o| o != caller) {
+                let nobody = format!("not-yours-{}", crate::jupyter::new_uuid());
+                if let Ok(v) = HeaderValue::from_str(&nobody) {
+                    req.headers_mut().insert(SESSION_HEADER, v);
+                }
+            }
+        }
+        let delete = req.method() == Method::DELETE;
+        let mut inner = self.inner.clone();
+        let this = self.clone();
+        Box::pin(async move {
+            let resp = inner.call(req).await?;
+            let ok = resp.status().is_success();
+            let new = resp
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let mut owners = this.owners();
+            match (&id, new) {
+                (Some(id), _) if delete && ok => {
+                    owners.remove(id);
+                }
+                (None, Some(new)) if ok => {
+                    // Sessions the idle close ended are gone from rmcp;
+                    // keep the table bounded all the same.
+                    if owners.len() >= 100_000 {
+                        owners.clear();
+                    }
+                    owners.insert(new, caller);
+                }
+                _ => {}
+            }
+            drop(owners);
+            Ok(resp.map(Body::new))
+        })
+    }
 }

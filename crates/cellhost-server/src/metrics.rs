@@ -10,6 +10,7 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use cellhost::{CellResult, Status};
 
+use crate::tenant::Scope;
 use crate::AppState;
 
 /// Upper bounds (seconds) of the cell-duration histogram's buckets.
@@ -33,12 +34,29 @@ pub(crate) struct Metrics {
     duration_micros: AtomicU64,
     tool_calls: AtomicU64,
     state_lost: AtomicU64,
+    /// Per-tenant counts, by tenant name.
+    tenants: std::sync::Mutex<std::collections::BTreeMap<String, TenantCounts>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct TenantCounts {
+    cells: [u64; 4],
+    failed: u64,
+    refused: u64,
 }
 
 impl Metrics {
-    pub(crate) fn record(&self, r: &CellResult) {
+    fn tenant(&self, tenant: Option<&str>, f: impl FnOnce(&mut TenantCounts)) {
+        if let Some(t) = tenant {
+            let mut all = self.tenants.lock().unwrap_or_else(|e| e.into_inner());
+            f(all.entry(t.to_owned()).or_default());
+        }
+    }
+
+    pub(crate) fn record(&self, r: &CellResult, tenant: Option<&str>) {
         let i = STATUSES.iter().position(|s| *s == r.status).unwrap_or(1);
         self.cells[i].fetch_add(1, Ordering::Relaxed);
+        self.tenant(tenant, |t| t.cells[i] += 1);
         let d = r.duration_seconds.max(0.0);
         if let Some(b) = BUCKETS.iter().position(|&le| d <= le) {
             self.buckets[b].fetch_add(1, Ordering::Relaxed);
@@ -52,8 +70,104 @@ impl Metrics {
         }
     }
 
-    pub(crate) fn failed(&self) {
+    pub(crate) fn failed(&self, tenant: Option<&str>) {
         self.failed.fetch_add(1, Ordering::Relaxed);
+        self.tenant(tenant, |t| t.failed += 1);
+    }
+
+    /// A tenant's cell refused by one of its limits (429).
+    pub(crate) fn refused(&self, tenant: Option<&str>) {
+        self.tenant(tenant, |t| t.refused += 1);
+    }
+}
+
+/// The per-tenant families (`tenant` label), for the tenants `scope` sees.
+fn tenant_families(out: &mut String, state: &AppState, scope: &Scope) {
+    let tenants = &state.options.tenants;
+    if tenants.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = tenants
+        .iter()
+        .map(|t| &*t.name)
+        .filter(|t| scope.0.tenant().is_none_or(|mine| mine == *t))
+        .collect();
+    let counts = state
+        .metrics
+        .tenants
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    let kernels = state.manager.list();
+    let of = |t: &str| -> Vec<&cellhost::KernelSummary> {
+        kernels
+            .iter()
+            .filter(|k| tenants.tenant_of(&k.owner).is_some_and(|x| &*x.name == t))
+            .collect()
+    };
+    family(
+        out,
+        "cellhost_tenant_kernels_live",
+        "gauge",
+        "Live kernels of each tenant.",
+    );
+    for t in &names {
+        let _ = writeln!(
+            out,
+            "cellhost_tenant_kernels_live{{tenant=\"{t}\"}} {}",
+            of(t).len()
+        );
+    }
+    family(
+        out,
+        "cellhost_tenant_sessions_live",
+        "gauge",
+        "Sessions with live kernels of each tenant.",
+    );
+    for t in &names {
+        let sessions: std::collections::HashSet<&str> = of(t)
+            .iter()
+            .map(|k| cellhost::owner::session_of(&k.owner))
+            .collect();
+        let _ = writeln!(
+            out,
+            "cellhost_tenant_sessions_live{{tenant=\"{t}\"}} {}",
+            sessions.len()
+        );
+    }
+    family(
+        out,
+        "cellhost_tenant_cells_total",
+        "counter",
+        "Cells run by each tenant, by how they ended.",
+    );
+    for t in &names {
+        let c = counts.get(*t).copied().unwrap_or_default();
+        for (s, n) in STATUSES.iter().zip(c.cells) {
+            let _ = writeln!(
+                out,
+                "cellhost_tenant_cells_total{{tenant=\"{t}\",status=\"{}\"}} {n}",
+                s.as_str()
+            );
+        }
+    }
+    for (name, help, pick) in [
+        (
+            "cellhost_tenant_cells_failed_to_run_total",
+            "Cells of each tenant that could not run (no kernel could start, shutting down).",
+            (|c: &TenantCounts| c.failed) as fn(&TenantCounts) -> u64,
+        ),
+        (
+            "cellhost_tenant_cells_refused_total",
+            "Cells of each tenant refused by its limits (429).",
+            |c: &TenantCounts| c.refused,
+        ),
+    ] {
+        family(out, name, "counter", help);
+        for t in &names {
+            let c = counts.get(*t).copied().unwrap_or_default();
+            let _ = writeln!(out, "{name}{{tenant=\"{t}\"}} {}", pick(&c));
+        }
     }
 }
 
@@ -61,7 +175,16 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-pub(crate) async fn render(State(state): State<AppState>) -> impl IntoResponse {
+const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// The daemon's metrics. A tenant sees only its own per-tenant families;
+/// the admin sees everything.
+pub(crate) async fn render(State(state): State<AppState>, scope: Scope) -> impl IntoResponse {
+    if scope.0.tenant().is_some() {
+        let mut out = String::new();
+        tenant_families(&mut out, &state, &scope);
+        return ([(header::CONTENT_TYPE, TEXT)], out);
+    }
     let m = &state.metrics;
     let kernels = state.manager.list();
     let stats = state.manager.stats();
@@ -263,11 +386,6 @@ pub(crate) async fn render(State(state): State<AppState>) -> impl IntoResponse {
         .as_ref()
         .is_some_and(|h| h.health().failing.is_some());
     let _ = writeln!(out, "cellhost_history_degraded {}", u8::from(degraded));
-    (
-        [(
-            header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
-        )],
-        out,
-    )
+    tenant_families(&mut out, &state, &scope);
+    ([(header::CONTENT_TYPE, TEXT)], out)
 }

@@ -32,6 +32,7 @@ pub mod registry;
 pub mod remote;
 pub mod sandbox;
 pub mod sys;
+pub mod tenant;
 pub mod tools;
 
 pub use cellhost_protocol::{

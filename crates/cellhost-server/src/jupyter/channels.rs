@@ -31,6 +31,7 @@ const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 pub(crate) async fn connect(
     State(j): State<Jupyter>,
+    scope: crate::tenant::Scope,
     id: Result<Path<String>, PathRejection>,
     ws: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
@@ -57,7 +58,8 @@ pub(crate) async fn connect(
             .into_response()
         }
     };
-    if j.model(&id).is_none() {
+    let key = scope.key(&id);
+    if j.model(&scope, &key).is_none() {
         return ApiError::new(
             axum::http::StatusCode::NOT_FOUND,
             "unknown_kernel",
@@ -65,7 +67,7 @@ pub(crate) async fn connect(
         )
         .into_response();
     }
-    let hub = j.hub_or_new(&id, super::rest::SPEC_NAME);
+    let hub = j.hub_or_new(&key, super::rest::SPEC_NAME);
     ws.max_message_size(MAX_FRAME)
         .on_upgrade(move |socket| run(socket, j, hub))
 }

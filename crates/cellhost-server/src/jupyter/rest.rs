@@ -22,6 +22,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{iso_time, messages, Jupyter};
+use crate::tenant::Scope;
 use crate::ApiError;
 
 /// The one kernelspec: the daemon's Python interpreter.
@@ -98,8 +99,10 @@ fn unknown_spec(name: &str) -> ApiError {
 }
 
 impl Jupyter {
-    /// The kernel model of `id`, if it is known (a hub, or a live session).
-    pub(crate) fn model(&self, id: &str) -> Option<Value> {
+    /// The kernel model of owner key `id` as `scope` names it, if it is
+    /// known (a hub, or a live session) and the caller's.
+    pub(crate) fn model(&self, scope: &Scope, id: &str) -> Option<Value> {
+        let name = scope.name_of(id)?;
         let live: Vec<_> = self
             .app
             .manager
@@ -122,7 +125,7 @@ impl Jupyter {
             .chain(hub.as_ref().map(|h| h.shared.last_activity()))
             .fold(0.0_f64, f64::max);
         Some(json!({
-            "id": id,
+            "id": name,
             "name": hub.as_ref().map_or(SPEC_NAME, |h| h.shared.name.as_str()),
             "last_activity": iso_time(last),
             "execution_state": if busy { "busy" } else if starting { "starting" } else { "idle" },
@@ -130,8 +133,9 @@ impl Jupyter {
         }))
     }
 
-    /// Every kernel: the hubs and the live sessions (not children).
-    fn all_ids(&self) -> Vec<String> {
+    /// Every kernel the caller sees (owner keys): the hubs and the live
+    /// sessions (not children).
+    fn all_ids(&self, scope: &Scope) -> Vec<String> {
         let mut ids: Vec<String> = self
             .hubs
             .lock()
@@ -144,12 +148,19 @@ impl Jupyter {
                 ids.push(k.owner);
             }
         }
+        ids.retain(|id| scope.sees(id));
         ids.sort();
         ids
     }
 
-    /// Register kernel `id` (new when `None`) as spec `name`.
-    fn start(&self, id: Option<String>, name: Option<&str>) -> Result<Value, ApiError> {
+    /// Register kernel `id` (the caller's name for it; new when `None`)
+    /// as spec `name`.
+    fn start(
+        &self,
+        scope: &Scope,
+        id: Option<String>,
+        name: Option<&str>,
+    ) -> Result<Value, ApiError> {
         let name = name.filter(|n| !n.is_empty()).unwrap_or(SPEC_NAME);
         if name != SPEC_NAME {
             return Err(unknown_spec(name));
@@ -159,6 +170,7 @@ impl Jupyter {
         }
         let id = id.unwrap_or_else(super::new_uuid);
         validate_owner(&id).map_err(|e| ApiError::bad_request("invalid_session", e.to_string()))?;
+        let id = scope.key(&id);
         if is_child(&id) {
             return Err(ApiError::bad_request(
                 "invalid_session",
@@ -176,8 +188,36 @@ impl Jupyter {
                 ),
             ));
         }
+        if let (None, Some(t)) = (self.hub(&id), self.app.options.tenants.tenant_of(&id)) {
+            // A registered kernel holds a hub until deleted: a tenant may
+            // register as many as its max_sessions.
+            if let Some(max) = t.limits.max_sessions {
+                let prefix = format!("{}{}", t.name, cellhost::tenant::SEPARATOR);
+                let mine = self
+                    .hubs
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .keys()
+                    .filter(|k| k.starts_with(&prefix))
+                    .count();
+                if mine >= max {
+                    return Err(ApiError::new(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "tenant_limit",
+                        format!(
+                            "tenant {:?} has {max} Jupyter kernels registered, its \
+                             max_sessions; delete one (DELETE /api/kernels/{{id}}) first",
+                            t.name
+                        ),
+                    )
+                    .retry_after(5));
+                }
+            }
+        }
         self.hub_or_new(&id, name);
-        Ok(self.model(&id).unwrap_or_else(|| json!({ "id": id })))
+        Ok(self
+            .model(scope, &id)
+            .unwrap_or_else(|| json!({ "id": scope.name_of(&id) })))
     }
 
     /// Dispose of `id`'s kernels; `forget`: also its hub and sockets.
@@ -234,14 +274,19 @@ fn parse_body<T: for<'de> Deserialize<'de> + Default>(
 }
 
 /// `GET /api/kernels`.
-pub(crate) async fn list_kernels(State(j): State<Jupyter>) -> Json<Value> {
-    let models: Vec<Value> = j.all_ids().iter().filter_map(|id| j.model(id)).collect();
+pub(crate) async fn list_kernels(State(j): State<Jupyter>, scope: Scope) -> Json<Value> {
+    let models: Vec<Value> = j
+        .all_ids(&scope)
+        .iter()
+        .filter_map(|id| j.model(&scope, id))
+        .collect();
     Json(Value::Array(models))
 }
 
 /// `POST /api/kernels`: 201 with the model.
 pub(crate) async fn start_kernel(
     State(j): State<Jupyter>,
+    scope: Scope,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let start = parse_body::<StartKernel>(body, r#"{"name": "python3"}"#).and_then(|b| {
@@ -251,7 +296,7 @@ pub(crate) async fn start_kernel(
                 .and_then(Value::as_str)
                 .map(str::to_owned)
         });
-        j.start(id, b.name.as_deref())
+        j.start(&scope, id, b.name.as_deref())
     });
     match start {
         Ok(model) => created(model, "kernels"),
@@ -271,23 +316,28 @@ fn created(model: Value, what: &str) -> Response {
 /// `GET /api/kernels/{id}`.
 pub(crate) async fn get_kernel(
     State(j): State<Jupyter>,
+    scope: Scope,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = id.map_err(path_error)?;
-    j.model(&id).map(Json).ok_or_else(|| unknown_kernel(&id))
+    j.model(&scope, &scope.key(&id))
+        .map(Json)
+        .ok_or_else(|| unknown_kernel(&id))
 }
 
 /// `DELETE /api/kernels/{id}`: the session's kernels go (its history
 /// stays), its sockets close. 204.
 pub(crate) async fn delete_kernel(
     State(j): State<Jupyter>,
+    scope: Scope,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let Path(id) = id.map_err(path_error)?;
-    if !j.dispose(&id, true).await {
+    let key = scope.key(&id);
+    if !j.dispose(&key, true).await {
         return Err(unknown_kernel(&id));
     }
-    j.sessions_of_kernel_gone(&id);
+    j.sessions_of_kernel_gone(&key);
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -295,13 +345,15 @@ pub(crate) async fn delete_kernel(
 /// cell, state kept. 204.
 pub(crate) async fn interrupt(
     State(j): State<Jupyter>,
+    scope: Scope,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let Path(id) = id.map_err(path_error)?;
-    if j.model(&id).is_none() {
+    let key = scope.key(&id);
+    if j.model(&scope, &key).is_none() {
         return Err(unknown_kernel(&id));
     }
-    j.app.manager.interrupt(&id).await;
+    j.app.manager.interrupt(&key).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -309,17 +361,21 @@ pub(crate) async fn interrupt(
 /// cell runs in a fresh process. 200 with the model.
 pub(crate) async fn restart(
     State(j): State<Jupyter>,
+    scope: Scope,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = id.map_err(path_error)?;
-    if !j.dispose(&id, false).await {
+    let key = scope.key(&id);
+    if !j.dispose(&key, false).await {
         return Err(unknown_kernel(&id));
     }
-    let hub = j.hub_or_new(&id, SPEC_NAME);
+    let hub = j.hub_or_new(&key, SPEC_NAME);
     let s = &hub.shared;
     s.send(None, &messages::status("restarting", &s.session, None));
     s.send(None, &messages::status("idle", &s.session, None));
-    Ok(Json(j.model(&id).unwrap_or_else(|| json!({ "id": id }))))
+    Ok(Json(
+        j.model(&scope, &key).unwrap_or_else(|| json!({ "id": id })),
+    ))
 }
 
 // ---- sessions ------------------------------------------------------------
@@ -351,23 +407,36 @@ pub(crate) struct JSession {
     path: String,
     name: String,
     kind: String,
+    /// The kernel's owner key.
     kernel: String,
+    /// Who made it: only that caller (and the admin) sees it.
+    caller: crate::tenant::Caller,
 }
 
 impl Jupyter {
-    fn session_model(&self, id: &str, s: &JSession) -> Value {
+    fn session_model(&self, scope: &Scope, id: &str, s: &JSession) -> Value {
         json!({
             "id": id,
             "path": s.path,
             "name": s.name,
             "type": s.kind,
-            "kernel": self.model(&s.kernel).unwrap_or_else(|| json!({"id": s.kernel})),
+            "kernel": self
+                .model(scope, &s.kernel)
+                .unwrap_or_else(|| json!({"id": scope.name_of(&s.kernel)})),
             "notebook": {"path": s.path, "name": s.name},
         })
     }
 
     fn sessions(&self) -> std::sync::MutexGuard<'_, HashMap<String, JSession>> {
         self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Session `id` if the caller may see it.
+    fn session_of(&self, scope: &Scope, id: &str) -> Option<JSession> {
+        self.sessions()
+            .get(id)
+            .filter(|s| scope.0.tenant().is_none() || s.caller == scope.0)
+            .cloned()
     }
 
     /// Sessions whose kernel was deleted go with it.
@@ -385,14 +454,17 @@ fn unknown_jsession(id: &str) -> ApiError {
 }
 
 /// `GET /api/sessions`.
-pub(crate) async fn list_sessions(State(j): State<Jupyter>) -> Json<Value> {
+pub(crate) async fn list_sessions(State(j): State<Jupyter>, scope: Scope) -> Json<Value> {
     let all: Vec<(String, JSession)> = j
         .sessions()
         .iter()
+        .filter(|(_, s)| scope.0.tenant().is_none() || s.caller == scope.0)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     Json(Value::Array(
-        all.iter().map(|(id, s)| j.session_model(id, s)).collect(),
+        all.iter()
+            .map(|(id, s)| j.session_model(&scope, id, s))
+            .collect(),
     ))
 }
 
@@ -400,6 +472,7 @@ pub(crate) async fn list_sessions(State(j): State<Jupyter>) -> Json<Value> {
 /// a new one). The same path again gets the existing session.
 pub(crate) async fn create_session(
     State(j): State<Jupyter>,
+    scope: Scope,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let body = match parse_body::<SessionBody>(
@@ -413,13 +486,13 @@ pub(crate) async fn create_session(
     let existing = j
         .sessions()
         .iter()
-        .find(|(_, s)| !path.is_empty() && s.path == path)
+        .find(|(_, s)| !path.is_empty() && s.path == path && s.caller == scope.0)
         .map(|(k, v)| (k.clone(), v.clone()));
     if let Some((id, s)) = existing {
-        return created(j.session_model(&id, &s), "sessions");
+        return created(j.session_model(&scope, &id, &s), "sessions");
     }
     let kernel = body.kernel.unwrap_or_default();
-    let model = match j.start(kernel.id, kernel.name.as_deref()) {
+    let model = match j.start(&scope, kernel.id, kernel.name.as_deref()) {
         Ok(m) => m,
         Err(e) => return e.into_response(),
     };
@@ -427,38 +500,41 @@ pub(crate) async fn create_session(
         name: body.name.unwrap_or_else(|| path.clone()),
         path,
         kind: body.kind.unwrap_or_else(|| "notebook".to_owned()),
-        kernel: model["id"].as_str().unwrap_or_default().to_owned(),
+        kernel: scope.key(model["id"].as_str().unwrap_or_default()),
+        caller: scope.0.clone(),
     };
     let id = super::new_uuid();
     j.sessions().insert(id.clone(), s.clone());
-    created(j.session_model(&id, &s), "sessions")
+    created(j.session_model(&scope, &id, &s), "sessions")
 }
 
 /// `GET /api/sessions/{id}`.
 pub(crate) async fn get_session(
     State(j): State<Jupyter>,
+    scope: Scope,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = id.map_err(path_error)?;
-    let s = j.sessions().get(&id).cloned();
-    s.map(|s| Json(j.session_model(&id, &s)))
+    let s = j.session_of(&scope, &id);
+    s.map(|s| Json(j.session_model(&scope, &id, &s)))
         .ok_or_else(|| unknown_jsession(&id))
 }
 
 /// `PATCH /api/sessions/{id}`: rename, move, or switch kernel.
 pub(crate) async fn patch_session(
     State(j): State<Jupyter>,
+    scope: Scope,
     id: Result<Path<String>, PathRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Path(id) = id.map_err(path_error)?;
     let body = parse_body::<SessionBody>(body, r#"{"path": "b.ipynb"}"#)?;
-    let Some(mut s) = j.sessions().get(&id).cloned() else {
+    let Some(mut s) = j.session_of(&scope, &id) else {
         return Err(unknown_jsession(&id));
     };
     if let Some(k) = body.kernel {
-        let model = j.start(k.id, k.name.as_deref())?;
-        s.kernel = model["id"].as_str().unwrap_or_default().to_owned();
+        let model = j.start(&scope, k.id, k.name.as_deref())?;
+        s.kernel = scope.key(model["id"].as_str().unwrap_or_default());
     }
     if let Some(p) = body.path {
         s.path = p;
@@ -470,15 +546,19 @@ pub(crate) async fn patch_session(
         s.kind = t;
     }
     j.sessions().insert(id.clone(), s.clone());
-    Ok(Json(j.session_model(&id, &s)))
+    Ok(Json(j.session_model(&scope, &id, &s)))
 }
 
 /// `DELETE /api/sessions/{id}`: the session and its kernel go. 204.
 pub(crate) async fn delete_session(
     State(j): State<Jupyter>,
+    scope: Scope,
     id: Result<Path<String>, PathRejection>,
 ) -> Result<StatusCode, ApiError> {
     let Path(id) = id.map_err(path_error)?;
+    if j.session_of(&scope, &id).is_none() {
+        return Err(unknown_jsession(&id));
+    }
     let Some(s) = j.sessions().remove(&id) else {
         return Err(unknown_jsession(&id));
     };

@@ -15,6 +15,7 @@ mod mcp_servers;
 mod packages;
 mod sandbox;
 mod server;
+mod tenants;
 mod tools;
 
 use std::collections::BTreeMap;
@@ -32,6 +33,7 @@ pub use mcp_servers::McpServerConfig;
 pub use packages::{KernelConfig, PackagesConfig, PipInstaller};
 pub use sandbox::{Network, Profile, SandboxConfig};
 pub use server::{ServerConfig, DEFAULT_LISTEN};
+pub use tenants::TenantConfig;
 pub use tools::ToolConfig;
 
 /// The whole configuration file.
@@ -65,6 +67,9 @@ pub struct Config {
     pub kernel: KernelConfig,
     /// `[mcp]`: the daemon's MCP sessions (idle close).
     pub mcp: McpConfig,
+    /// `[[tenants]]`: clients kept apart, each with its own token,
+    /// session namespace and limits (the `[server] token` is the admin).
+    pub tenants: Vec<TenantConfig>,
 }
 
 /// Why a configuration file could not be used.
@@ -112,6 +117,19 @@ impl Config {
         self.packages.validate()?;
         self.kernel.validate()?;
         self.history.validate()?;
+        tenants::validate(&self.tenants)?;
+        if let (Some(admin), false) = (&self.server.token, self.tenants.is_empty()) {
+            let admin: [u8; 32] = {
+                use sha2::Digest;
+                sha2::Sha256::digest(admin.as_bytes()).into()
+            };
+            if let Some(t) = self.tenants.iter().find(|t| t.digest() == admin) {
+                return Err(format!(
+                    "[[tenants]] {:?} has the [server] token (the admin's); give it its own",
+                    t.name
+                ));
+            }
+        }
         let mut names = std::collections::BTreeSet::new();
         for tool in &self.tools {
             tool.validate()?;

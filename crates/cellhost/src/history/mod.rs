@@ -70,6 +70,10 @@ pub struct HistoryEntry {
     pub state_lost: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The `[[tenants]]` tenant whose session ran it (`None`: the
+    /// admin's); `session` is then the owner key `tenant:session`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
 }
 
 impl HistoryEntry {
@@ -99,6 +103,7 @@ impl HistoryEntry {
             state_reset: result.kernel.state_reset,
             state_lost: result.kernel.state_lost,
             note: result.kernel.note.clone(),
+            tenant: None,
         }
     }
 }
@@ -189,6 +194,8 @@ impl Health {
 pub struct PageQuery {
     /// One session's cells (its children's included); `None`: every session.
     pub session: Option<String>,
+    /// Only this tenant's cells (`None`: every tenant's and the admin's).
+    pub tenant: Option<String>,
     /// Most rows.
     pub limit: usize,
     /// Most bytes of text (code and output) in the page; the newest row

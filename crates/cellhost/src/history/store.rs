@@ -77,6 +77,21 @@ pub(super) fn open_writer(path: &Path) -> Result<Connection, HistoryError> {
         .map_err(sqlite("configure the history database", path))?;
     conn.execute_batch(SCHEMA)
         .map_err(sqlite("create the history tables", path))?;
+    // Databases from before tenants get the column (NULL: the admin's).
+    let has_tenant: bool = conn
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('cells') WHERE name = 'tenant'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map_err(sqlite("read the history tables", path))?
+        > 0;
+    if !has_tenant {
+        conn.execute_batch("ALTER TABLE cells ADD COLUMN tenant TEXT;")
+            .map_err(sqlite("add the tenant column to the history", path))?;
+    }
+    conn.execute_batch("CREATE INDEX IF NOT EXISTS cells_tenant ON cells(tenant, id);")
+        .map_err(sqlite("create the history tables", path))?;
     Ok(conn)
 }
 
@@ -185,8 +200,8 @@ fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result
         let mut stmt = tx.prepare_cached(
             "INSERT INTO cells (session, child, code, status, stdout, stderr, value, error,
              started_at, duration_seconds, execution_count, kernel_id, tool_calls_made,
-             state_reset, state_lost, note)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+             state_reset, state_lost, note, tenant)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
         )?;
         for e in rows {
             stmt.execute(params![
@@ -206,6 +221,7 @@ fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result
                 e.state_reset,
                 e.state_lost,
                 e.note,
+                e.tenant,
             ])?;
         }
     }
@@ -242,9 +258,7 @@ pub(super) fn query(
 ) -> Result<Vec<HistoryEntry>, HistoryError> {
     let err = || sqlite("read the history database", path);
     let conn = reader(path)?;
-    let cols = "id, session, child, code, status, stdout, stderr, value, error, started_at,
-                duration_seconds, execution_count, kernel_id, tool_calls_made, state_reset,
-                state_lost, note";
+    let cols = COLS;
     let limit = limit.min(i64::MAX as usize) as i64;
     let mut rows: Vec<HistoryEntry> = match session {
         Some(s) => {
@@ -281,6 +295,10 @@ pub(super) fn page(path: &Path, q: &PageQuery) -> Result<Page, HistoryError> {
     if let Some(s) = &q.session {
         args.push(s.clone().into());
         filter.push_str(&format!(" AND session = ?{}", args.len()));
+    }
+    if let Some(t) = &q.tenant {
+        args.push(t.clone().into());
+        filter.push_str(&format!(" AND tenant = ?{}", args.len()));
     }
     if let Some(b) = q.before {
         args.push(b.into());
@@ -322,15 +340,20 @@ pub(super) fn page(path: &Path, q: &PageQuery) -> Result<Page, HistoryError> {
         return Ok(Page::default());
     };
     let oldest = sized[taken - 1].0;
-    args.truncate(usize::from(q.session.is_some()));
+    let mut scope = String::new();
+    args.truncate(0);
+    if let Some(s) = &q.session {
+        args.push(s.clone().into());
+        scope.push_str(&format!("session = ?{} AND ", args.len()));
+    }
+    if let Some(t) = &q.tenant {
+        args.push(t.clone().into());
+        scope.push_str(&format!("tenant = ?{} AND ", args.len()));
+    }
     args.push(oldest.into());
     args.push(newest.into());
     let n = args.len();
-    let session = if q.session.is_some() {
-        "session = ?1 AND"
-    } else {
-        ""
-    };
+    let session = scope;
     let mut stmt = conn
         .prepare(&format!(
             "SELECT {COLS} FROM cells WHERE {session} id >= ?{} AND id <= ?{n} ORDER BY id",
@@ -347,7 +370,7 @@ pub(super) fn page(path: &Path, q: &PageQuery) -> Result<Page, HistoryError> {
 
 const COLS: &str = "id, session, child, code, status, stdout, stderr, value, error, started_at,
                 duration_seconds, execution_count, kernel_id, tool_calls_made, state_reset,
-                state_lost, note";
+                state_lost, note, tenant";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryEntry> {
     Ok(HistoryEntry {
@@ -368,5 +391,6 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryEntry> {
         state_reset: r.get(14)?,
         state_lost: r.get(15)?,
         note: r.get(16)?,
+        tenant: r.get(17)?,
     })
 }

@@ -203,6 +203,7 @@ fn pages_are_bounded_by_rows_and_bytes_and_continue_where_they_stopped() {
     h.flush();
     let q = |before, after, max_bytes| PageQuery {
         session: Some("s".into()),
+        tenant: None,
         limit: 100,
         max_bytes,
         before,
@@ -241,4 +242,52 @@ fn long_code_is_stored_as_head_tail_and_hash() {
     assert!(row.code.len() <= 2048, "{}", row.code.len());
     assert!(row.code.starts_with("first = 1") && row.code.ends_with("last = 2"));
     assert!(row.code.contains(&sha256_hex(code.as_bytes())));
+}
+
+#[test]
+fn rows_carry_their_tenant_and_pages_filter_by_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.sqlite");
+    // A database from before tenants: no tenant column yet.
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE cells (id INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL,
+             child TEXT, code TEXT NOT NULL, status TEXT NOT NULL, stdout TEXT NOT NULL,
+             stderr TEXT NOT NULL, value TEXT, error TEXT, started_at REAL NOT NULL,
+             duration_seconds REAL NOT NULL, execution_count INTEGER NOT NULL,
+             kernel_id TEXT NOT NULL, tool_calls_made INTEGER NOT NULL DEFAULT 0,
+             state_reset INTEGER NOT NULL DEFAULT 0, state_lost INTEGER NOT NULL DEFAULT 0,
+             note TEXT);",
+        )
+        .unwrap();
+    }
+    let h = History::open(&path, &HistoryConfig::default(), []).unwrap();
+    h.record(HistoryEntry::of("s1", None, "admin", now(), &result("x")));
+    for t in ["a", "b"] {
+        let mut e = HistoryEntry::of(&format!("{t}:s1"), None, t, now(), &result("x"));
+        e.tenant = Some(t.into());
+        h.record(e);
+    }
+    h.flush();
+    let q = |tenant: Option<&str>, session: Option<&str>| PageQuery {
+        session: session.map(Into::into),
+        tenant: tenant.map(Into::into),
+        limit: 100,
+        max_bytes: 1 << 20,
+        before: None,
+        after: None,
+    };
+    let codes = |q| {
+        h.page(&q)
+            .unwrap()
+            .rows
+            .into_iter()
+            .map(|r| (r.code, r.tenant))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(codes(q(Some("a"), None)), [("a".into(), Some("a".into()))]);
+    assert_eq!(codes(q(Some("b"), Some("a:s1"))), []);
+    assert_eq!(codes(q(None, None)).len(), 3);
+    assert_eq!(codes(q(None, Some("s1"))), [("admin".into(), None)]);
 }
