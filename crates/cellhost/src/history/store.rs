@@ -77,7 +77,25 @@ pub(super) fn open_writer(path: &Path) -> Result<Connection, HistoryError> {
         .map_err(sqlite("configure the history database", path))?;
     conn.execute_batch(SCHEMA)
         .map_err(sqlite("create the history tables", path))?;
+    migrate(&conn).map_err(sqlite("add the history's new columns", path))?;
     Ok(conn)
+}
+
+/// Columns added after the first schema, added to an older database
+/// (NULL in its rows).
+const ADDED: [(&str, &str); 2] = [("displays", "TEXT"), ("client", "TEXT")];
+
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('cells')")?;
+    let have: Vec<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for (name, ty) in ADDED {
+        if !have.iter().any(|h| h == name) {
+            conn.execute_batch(&format!("ALTER TABLE cells ADD COLUMN {name} {ty}"))?;
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn prune(conn: &Connection, r: &Retention) -> rusqlite::Result<()> {
@@ -185,8 +203,9 @@ fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result
         let mut stmt = tx.prepare_cached(
             "INSERT INTO cells (session, child, code, status, stdout, stderr, value, error,
              started_at, duration_seconds, execution_count, kernel_id, tool_calls_made,
-             state_reset, state_lost, note)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+             state_reset, state_lost, note, displays, client)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                     ?17, ?18)",
         )?;
         for e in rows {
             stmt.execute(params![
@@ -206,6 +225,9 @@ fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result
                 e.state_reset,
                 e.state_lost,
                 e.note,
+                (!e.displays.is_empty())
+                    .then(|| serde_json::to_string(&e.displays).unwrap_or_default()),
+                e.client,
             ])?;
         }
     }
@@ -242,9 +264,7 @@ pub(super) fn query(
 ) -> Result<Vec<HistoryEntry>, HistoryError> {
     let err = || sqlite("read the history database", path);
     let conn = reader(path)?;
-    let cols = "id, session, child, code, status, stdout, stderr, value, error, started_at,
-                duration_seconds, execution_count, kernel_id, tool_calls_made, state_reset,
-                state_lost, note";
+    let cols = COLS;
     let limit = limit.min(i64::MAX as usize) as i64;
     let mut rows: Vec<HistoryEntry> = match session {
         Some(s) => {
@@ -295,7 +315,7 @@ pub(super) fn page(path: &Path, q: &PageQuery) -> Result<Page, HistoryError> {
     let sizes = format!(
         "SELECT id, octet_length(code) + octet_length(stdout) + octet_length(stderr)
                 + coalesce(octet_length(value), 0) + coalesce(octet_length(error), 0)
-                + coalesce(octet_length(note), 0)
+                + coalesce(octet_length(note), 0) + coalesce(octet_length(displays), 0)
          FROM cells {filter} ORDER BY id DESC LIMIT ?{}",
         args.len()
     );
@@ -347,7 +367,7 @@ pub(super) fn page(path: &Path, q: &PageQuery) -> Result<Page, HistoryError> {
 
 const COLS: &str = "id, session, child, code, status, stdout, stderr, value, error, started_at,
                 duration_seconds, execution_count, kernel_id, tool_calls_made, state_reset,
-                state_lost, note";
+                state_lost, note, displays, client";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryEntry> {
     Ok(HistoryEntry {
@@ -368,5 +388,10 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryEntry> {
         state_reset: r.get(14)?,
         state_lost: r.get(15)?,
         note: r.get(16)?,
+        displays: r
+            .get::<_, Option<String>>(17)?
+            .and_then(|j| serde_json::from_str(&j).ok())
+            .unwrap_or_default(),
+        client: r.get(18)?,
     })
 }
