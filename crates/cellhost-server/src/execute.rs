@@ -59,6 +59,11 @@ pub struct ExecuteRequest {
     /// cellhost.toml; default: the session's, else `default_backend`.
     #[serde(default)]
     pub backend: Option<String>,
+    /// The client that sent the cell, when it said (an MCP client's
+    /// `clientInfo` name): recorded in the history. Not part of the body.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub client: Option<String>,
 }
 
 impl ExecuteRequest {
@@ -325,15 +330,10 @@ async fn run_cell(
             // Answer only once the row has committed: a cell the client
             // saw is in the history even if the daemon is SIGKILLed next.
             if let Some(h) = &state.history {
-                let committed = h
-                    .record_committed(HistoryEntry::of(
-                        &session,
-                        req.child.as_deref(),
-                        &req.code,
-                        started_at,
-                        r,
-                    ))
-                    .await;
+                let mut row =
+                    HistoryEntry::of(&session, req.child.as_deref(), &req.code, started_at, r);
+                row.client = req.client.clone();
+                let committed = h.record_committed(row).await;
                 if !committed {
                     history = Some(not_recorded(h, r));
                 }

@@ -104,6 +104,8 @@ pub struct AppState {
     pub(crate) queue: queue::Queue,
     /// Connection counters (`/metrics`).
     pub(crate) conns: Arc<conn::ConnStats>,
+    /// The MCP client behind each MCP owner (the dashboard's names).
+    pub(crate) clients: mcp::Clients,
 }
 
 impl AppState {
@@ -126,6 +128,7 @@ impl AppState {
             previous: Arc::new(std::sync::Mutex::new(previous)),
             queue: queue::Queue::default(),
             conns: Arc::default(),
+            clients: mcp::Clients::default(),
         }
     }
 }
@@ -185,5 +188,6 @@ pub fn router(state: AppState) -> Router {
             guard::check_origin,
         ))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(dashboard::no_framing))
         .with_state(state)
 }
