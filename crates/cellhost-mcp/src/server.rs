@@ -182,7 +182,11 @@ impl McpServer {
         });
         if let Some(info) = ctx.peer.peer_info() {
             let c = &info.client_info;
-            let name = c.title.as_deref().filter(|t| !t.is_empty()).unwrap_or(&c.name);
+            let name = c
+                .title
+                .as_deref()
+                .filter(|t| !t.is_empty())
+                .unwrap_or(&c.name);
             self.runner.client(&owner, name);
         }
         let mut run = self.runner.run(owner.clone(), args.code, cell);
