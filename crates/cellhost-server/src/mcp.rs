@@ -33,6 +33,7 @@ impl CellRunner for DaemonRunner {
             max_tool_calls: None,
             backend: None,
         };
+        let cell = cell.front_end(cellhost::events::FrontEnd::Mcp);
         let result = spawn_cell(&self.0, owner.clone(), owner, req, cell);
         Box::pin(async move {
             let result = result.map_err(|e| e.message)?;
