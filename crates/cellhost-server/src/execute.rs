@@ -227,7 +227,7 @@ pub(crate) async fn run(
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };
-    let mut cell = build_cell(&req);
+    let mut cell = build_cell(&req).front_end(cellhost::events::FrontEnd::Http);
     let events = sse.then(|| {
         let (tx, rx) = mpsc::unbounded_channel();
         cell = cell.clone().events(tx);
@@ -284,8 +284,11 @@ pub(crate) fn spawn_cell(
     session: String,
     owner: String,
     req: ExecuteRequest,
-    cell: Cell,
+    mut cell: Cell,
 ) -> Result<oneshot::Receiver<Answer>, ApiError> {
+    // `run_cell` tells the watchers the result as answered (with the
+    // restart and history notes it adds).
+    cell.caller_finishes = true;
     let ticket = state
         .queue
         .admit(&state.options.limits, &session, req.code.len())?;
@@ -341,7 +344,12 @@ async fn run_cell(
         }
         Err(_) => state.metrics.failed(),
     }
-    let _ = done.send(result.map(|result| Ran { result, history }));
+    let result = result.map(|result| Ran { result, history });
+    if let Ok(ran) = &result {
+        let n = ran.result.kernel.execution_count;
+        state.manager.events().cell_finished(&owner, n, ran);
+    }
+    let _ = done.send(result);
 }
 
 /// The cell's row could not be written: say so in the answer (a field for

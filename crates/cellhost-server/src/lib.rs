@@ -9,7 +9,8 @@
 //! token), `guard` (Host, Origin and Content-Type checks), `metrics`,
 //! `openapi`, `dashboard` (embedded assets), `mcp` (MCP over streamable
 //! HTTP at `/mcp`), `jupyter` (the Jupyter Kernel Gateway protocol under
-//! `/api`), `files` (the workspace routes), `serve` (binding and
+//! `/api`), `files` (the workspace routes), `events` (the live
+//! session event stream), `serve` (binding and
 //! shutdown), `conn` (the accept loop: connection caps and timeouts),
 //! `queue` (bounds on cells in flight).
 
@@ -18,6 +19,7 @@ mod auth;
 mod conn;
 mod dashboard;
 mod error;
+mod events;
 mod execute;
 mod files;
 mod guard;
@@ -166,6 +168,11 @@ pub fn router(state: AppState) -> Router {
             delete(api::dispose_child),
         )
         .route("/v1/sessions/{session}/history", get(api::session_history))
+        .route("/v1/sessions/{session}/events", get(events::session))
+        .route(
+            "/v1/sessions/{session}/children/{child}/events",
+            get(events::child),
+        )
         .route("/v1/history", get(api::recent_history))
         .route("/v1/kernels", get(api::kernels))
         .route("/v1/environment", get(api::environment))

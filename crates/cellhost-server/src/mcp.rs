@@ -38,6 +38,7 @@ impl CellRunner for DaemonRunner {
             backend: None,
             client: self.0.clients.get(&owner),
         };
+        let cell = cell.front_end(cellhost::events::FrontEnd::Mcp);
         let result = spawn_cell(&self.0, owner.clone(), owner, req, cell);
         Box::pin(async move {
             let result = result.map_err(|e| e.message)?;

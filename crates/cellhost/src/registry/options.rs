@@ -43,6 +43,9 @@ pub struct ManagerOptions {
     /// Bytes a session's workspace may hold (`[limits] workspace_mib`,
     /// default 4096 MiB); `None`: unlimited. Uploads respect it.
     pub workspace_quota: Option<u64>,
+    /// Events queued per session watcher before it is dropped as too slow
+    /// (see [`crate::events`]). Default 256.
+    pub event_buffer: usize,
 }
 
 impl ManagerOptions {
@@ -61,12 +64,19 @@ impl ManagerOptions {
             tools: ToolSet::new(),
             preload: Vec::new(),
             workspace_quota: crate::config::LimitsConfig::default().workspace_quota(),
+            event_buffer: crate::events::DEFAULT_WATCHER_BUFFER,
         }
     }
 
     /// The workspace quota in bytes (`None`: unlimited).
     pub fn workspace_quota(mut self, bytes: Option<u64>) -> Self {
         self.workspace_quota = bytes;
+        self
+    }
+
+    /// Events queued per session watcher (see [`ManagerOptions::event_buffer`]).
+    pub fn event_buffer(mut self, n: usize) -> Self {
+        self.event_buffer = n.max(1);
         self
     }
 
