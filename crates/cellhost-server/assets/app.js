@@ -358,8 +358,19 @@ function connectEvents(p) {
   s.addEventListener("display", (ev) => {
     const d = data(ev);
     const r = running(p, d.execution_count);
+    // One event per item; the items of one display (a PNG and its text
+    // fallback) are drawn together, as the richest one.
     const items = d.display ? (Array.isArray(d.display) ? d.display : [d.display]) : (d.items || []);
-    if (r) r.displays.append(...renderDisplays(items));
+    if (!r) return;
+    for (const item of items) {
+      const key = item.display ?? 0;
+      if (!r.items.has(key)) r.items.set(key, { list: [], node: null });
+      const g = r.items.get(key);
+      g.list.push(item);
+      const node = el("div", { class: "display" }, renderDisplay(g.list));
+      if (g.node) g.node.replaceWith(node); else r.displays.append(node);
+      g.node = node;
+    }
   });
   s.addEventListener("cell_finished", () => { refreshSession(); });
   s.addEventListener("kernel", (ev) => {
@@ -387,7 +398,7 @@ function startRunning(p, d) {
   box.append(out, displays, err);
   $("#timeline").prepend(box);
   $("#no-timeline").hidden = true;
-  p.running = { count: d.execution_count, box, displays, stdout: liveOutput(out, "out"), stderr: liveOutput(err, "err") };
+  p.running = { count: d.execution_count, box, displays, items: new Map(), stdout: liveOutput(out, "out"), stderr: liveOutput(err, "err") };
 }
 
 function running(p, count) {
