@@ -375,7 +375,7 @@ function connectEvents(p) {
   s.addEventListener("cell_finished", () => { refreshSession(); });
   s.addEventListener("kernel", (ev) => {
     const d = data(ev);
-    $("#session-state").textContent = "· kernel " + (d.change || "") + (d.note ? ": " + d.note : "");
+    $("#live").textContent = "live · kernel " + (d.change || "") + (d.note ? ": " + d.note : "");
     refreshSession();
   });
   s.addEventListener("dropped", () => {
@@ -437,9 +437,7 @@ async function refreshSession() {
   $("#session-name").textContent = nameOf(p.session);
   const mine = kernels.filter((k) => sessionOf(k.owner) === p.session);
   const busy = mine.some((k) => k.state === "busy");
-  if (!p.stream || p.polling || !$("#session-state").textContent.startsWith("· kernel")) {
-    $("#session-state").textContent = mine.length ? "· " + mine.map((k) => k.state).join(", ") : "· no live kernel";
-  }
+  $("#session-state").textContent = mine.length ? "· " + mine.map((k) => k.state).join(", ") : "· no live kernel";
   $("#interrupt").disabled = !busy;
   $("#reset").disabled = mine.length === 0;
   if (fresh.length) {
