@@ -398,6 +398,8 @@ function startRunning(p, d) {
   box.append(out, displays, err);
   $("#timeline").prepend(box);
   $("#no-timeline").hidden = true;
+  $("#session-state").textContent = "· busy";
+  $("#interrupt").disabled = false;
   p.running = { count: d.execution_count, box, displays, items: new Map(), stdout: liveOutput(out, "out"), stderr: liveOutput(err, "err") };
 }
 
