@@ -111,7 +111,10 @@ const clients = new Map(); // session -> MCP client name, as the API said
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 function noteClient(session, client) {
-  if (client) clients.set(session, client);
+  if (client && clients.get(session) !== client) {
+    clients.set(session, client);
+    recentDirty = true;
+  }
 }
 
 function nameOf(session) {
@@ -302,6 +305,7 @@ function renderRecent(cells) {
 // Cells kept and shown (the last SHOWN per session), and the preview size.
 const KEEP = 200, SHOWN = 10, PREVIEW = 2000;
 let recent = [];
+let recentDirty = true;
 
 async function refreshOverview() {
   const last = recent.length ? recent[recent.length - 1].id : null;
@@ -309,9 +313,11 @@ async function refreshOverview() {
     api.kernels(),
     api.recent(last, KEEP, PREVIEW).catch(() => []),
   ]);
-  if (fresh.length) recent = recent.concat(fresh).slice(-KEEP);
+  if (fresh.length) { recent = recent.concat(fresh).slice(-KEEP); recentDirty = true; }
   renderKernels(kernels);
-  renderRecent(recent);
+  // Redrawn only when something changed (its displays' frames would
+  // flicker otherwise).
+  if (recentDirty) { renderRecent(recent); recentDirty = false; }
 }
 
 // ---- A session's page.
@@ -463,7 +469,7 @@ function route() {
   const session = m ? decodeURIComponent(m[1]) : null;
   $("#overview").hidden = session !== null;
   $("#session-page").hidden = session === null;
-  if (session === null) closeSession();
+  if (session === null) { closeSession(); recentDirty = true; }
   else if (!page || page.session !== session) openSession(session);
   refresh();
 }
@@ -493,7 +499,7 @@ setInterval(() => {
 
 $("#search").addEventListener("input", () => {
   if (page) location.hash = "#/";
-  else { renderRecent(recent); refresh(); }
+  else { recentDirty = true; refresh(); }
 });
 window.addEventListener("hashchange", route);
 route();
