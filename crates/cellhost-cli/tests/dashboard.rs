@@ -443,10 +443,8 @@ async fn a_session_page_shows_its_timeline_files_and_live_output_inertly_in_head
         &format!("display({{'image/png': '{PNG_B64}', 'text/plain': '<Figure 1x1>'}}, raw=True)"),
     )
     .await;
-    let html = format!(
-        "<b id='in-frame'>bold html</b><script>parent.__xss='frame'</script>\
-         <img src=x onerror=\"parent.__xss='frame-img'\">"
-    );
+    let html = "<b id='in-frame'>bold html</b><script>parent.__xss='frame'</script>\
+                <img src=x onerror=\"parent.__xss='frame-img'\">";
     execute(
         &url,
         s,
