@@ -142,6 +142,7 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
             .lifecycle(&config.lifecycle)
             .preload(config.kernel.preload.clone())
             .workspace_quota(config.limits.workspace_quota())
+            .event_buffer(config.server.events_buffer)
             .kernel(opts.clone())
             .remote(&config)
             .tools(tools),

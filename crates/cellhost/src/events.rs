@@ -140,6 +140,8 @@ pub struct EventBus {
     inner: Arc<Inner>,
     buffer: usize,
     muted: bool,
+    /// Redacts secrets from announced code (as the history does).
+    cleaner: Option<crate::output::Cleaner>,
 }
 
 impl std::fmt::Debug for EventBus {
@@ -163,7 +165,15 @@ impl EventBus {
             inner: Arc::default(),
             buffer: buffer.max(1),
             muted: false,
+            cleaner: None,
         }
+    }
+
+    /// Redact these secret values (and known token formats) from the code
+    /// of `cell_started` events, as the history does.
+    pub fn redacting(mut self, secrets: impl IntoIterator<Item = String>) -> EventBus {
+        self.cleaner = Some(crate::output::Cleaner::new(secrets));
+        self
     }
 
     /// A bus that publishes nothing (for hidden cells).
@@ -245,6 +255,10 @@ impl EventBus {
     /// `cell_started`.
     pub fn cell_started(&self, owner: &str, execution_count: u64, code: &str, front: FrontEnd) {
         self.publish(owner, "cell_started", || {
+            let code = match &self.cleaner {
+                Some(c) => c.redact(code),
+                None => code.to_owned(),
+            };
             json!({
                 "session": owner,
                 "execution_count": execution_count,

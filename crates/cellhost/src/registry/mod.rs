@@ -151,7 +151,7 @@ impl KernelManager {
         let shared = Arc::new(Shared {
             backends: remote::backends(&opts),
             pool: pool::Pool::new(opts.warm_pool),
-            events: EventBus::new(opts.event_buffer),
+            events: EventBus::new(opts.event_buffer).redacting(opts.kernel.env.secrets.clone()),
             muted: EventBus::muted(),
             opts,
             state: Mutex::new(State::default()),
