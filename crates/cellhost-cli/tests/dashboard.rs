@@ -477,6 +477,16 @@ async fn a_session_page_shows_its_timeline_files_and_live_output_inertly_in_head
         .find(|k| k["owner"] == json!(sid))
         .unwrap_or_else(|| panic!("no kernel of {sid}: {kernels}"));
     assert_eq!(mcp_kernel["client"], "inspector-test");
+    let (_, _, rows) = http("GET", &format!("{url}/v1/sessions/{sid}/history"), &[], "").await;
+    let rows: Value = serde_json::from_slice(&rows).unwrap();
+    assert_eq!(rows[0]["client"], "inspector-test", "{rows}");
+    let (_, _, rows) = http("GET", &format!("{url}/v1/sessions/{s}/history"), &[], "").await;
+    let rows: Value = serde_json::from_slice(&rows).unwrap();
+    assert_eq!(rows[1]["displays"][0]["mime"], "image/png", "{rows}");
+    assert!(
+        rows[1].get("client").is_none(),
+        "an HTTP cell names no client"
+    );
 
     let (_driver, d, _profile) = browser().await;
 
