@@ -466,7 +466,8 @@ async function refreshSession() {
 
 function route() {
   const m = location.hash.match(/^#\/session\/(.+)$/);
-  const session = m ? decodeURIComponent(m[1]) : null;
+  let session = null;
+  try { session = m ? decodeURIComponent(m[1]) : null; } catch (_) { /* a malformed link: the overview */ }
   $("#overview").hidden = session !== null;
   $("#session-page").hidden = session === null;
   if (session === null) { closeSession(); recentDirty = true; }
