@@ -14,12 +14,12 @@ use hyper::Method;
 use crate::http::{read_all, segment, Failure, Server};
 use crate::{ClientArgs, ExecArgs, HistoryArgs};
 
-fn connect(c: &ClientArgs) -> Result<Server, Failure> {
+pub(crate) fn connect(c: &ClientArgs) -> Result<Server, Failure> {
     let token = std::env::var("CELLHOST_TOKEN").ok();
     Server::new(&c.server, token)
 }
 
-fn report(r: Result<u8, Failure>) -> u8 {
+pub(crate) fn report(r: Result<u8, Failure>) -> u8 {
     match r {
         Ok(code) => code,
         Err(f) => {
@@ -127,7 +127,7 @@ async fn exec_cell(server: &Server, args: &ExecArgs, code: String) -> Result<u8,
 
 /// What one stream's events carried.
 #[derive(Debug, Default)]
-struct Streamed {
+pub(crate) struct Streamed {
     /// Bytes of text printed.
     bytes: usize,
     /// The server stopped streaming it at the cap (its stop line came).
@@ -138,7 +138,7 @@ struct Streamed {
 const STOP_LINE: &str = "[cellhost: streaming of ";
 
 impl Streamed {
-    fn saw(&mut self, text: &str) {
+    pub(crate) fn saw(&mut self, text: &str) {
         self.bytes += text.len();
         if text.contains(STOP_LINE) {
             self.cut = true;
@@ -149,7 +149,7 @@ impl Streamed {
     /// (`result`): everything when nothing was streamed (a remote kernel
     /// streams nothing); after a cut, the result's text (head and tail)
     /// under a line saying so; else nothing.
-    fn missing(&self, name: &str, result: &str) -> Option<String> {
+    pub(crate) fn missing(&self, name: &str, result: &str) -> Option<String> {
         if result.is_empty() {
             return None;
         }
@@ -237,11 +237,11 @@ async fn stream(
     ))
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-fn parse_event(text: &str) -> (String, String) {
+pub(crate) fn parse_event(text: &str) -> (String, String) {
     let (mut name, mut data) = (String::new(), Vec::new());
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("event:") {

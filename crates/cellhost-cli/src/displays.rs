@@ -118,6 +118,29 @@ impl DisplaySaver {
     }
 }
 
+/// How each display of `r` is shown without saving anything (`cellhost
+/// attach` only reads): its text form, else a line naming its image.
+pub(crate) fn unsaved(r: &CellResult) -> Vec<Shown> {
+    r.displays
+        .chunk_by(|a, b| a.display == b.display)
+        .map(|group| {
+            let n = group[0].display as usize + 1;
+            if let Some((mime, _)) = IMAGES
+                .iter()
+                .find(|(mime, _)| group.iter().any(|d| d.mime == *mime))
+            {
+                return Shown::Text(format!("[display {n}: {mime}]"));
+            }
+            let text = TEXTS
+                .iter()
+                .find_map(|mime| group.iter().find(|d| d.mime == *mime))
+                .map(|d| d.data.clone())
+                .unwrap_or_else(|| format!("[display {n}: {}]", mimes(group)));
+            Shown::Text(text)
+        })
+        .collect()
+}
+
 fn mimes(group: &[DisplayItem]) -> String {
     group
         .iter()

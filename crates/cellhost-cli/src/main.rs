@@ -5,6 +5,7 @@
 //! flags, unreadable scripts, a missing interpreter, a request the server
 //! refused), 130 after a second Ctrl-C.
 
+mod attach;
 mod clients;
 mod displays;
 mod files;
@@ -42,6 +43,10 @@ enum Command {
     Mcp(HostArgs),
     /// Run code in a session of a running daemon, printing output live.
     Exec(ExecArgs),
+    /// Watch a session live (read-only): its cells from every client,
+    /// output as it comes, results and kernel changes. Ctrl-C detaches
+    /// and never interrupts the cell.
+    Attach(AttachArgs),
     /// List the daemon's live sessions (kernels).
     Sessions {
         #[command(flatten)]
@@ -166,6 +171,22 @@ pub(crate) struct ExecArgs {
 }
 
 #[derive(clap::Args)]
+pub(crate) struct AttachArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// The session to watch.
+    #[arg(short, long, default_value = "default")]
+    pub session: String,
+    /// Watch this delegated child of the session instead.
+    #[arg(long)]
+    pub child: Option<String>,
+    /// First replay the session's recorded cells with an execution count
+    /// above N (0: all of its current kernel's).
+    #[arg(long, value_name = "N")]
+    pub since: Option<u64>,
+}
+
+#[derive(clap::Args)]
 pub(crate) struct HistoryArgs {
     #[command(flatten)]
     pub client: ClientArgs,
@@ -249,6 +270,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::serve(args).await,
             Command::Mcp(args) => mcp::mcp(args).await,
             Command::Exec(args) => clients::exec(args).await,
+            Command::Attach(args) => attach::attach(args).await,
             Command::Sessions { client, json } => clients::sessions(client, json).await,
             Command::Reset { client, session } => clients::reset(client, session).await,
             Command::Interrupt { client, session } => clients::interrupt(client, session).await,

@@ -143,6 +143,7 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
             .preload(config.kernel.preload.clone())
             .workspace_quota(config.limits.workspace_quota())
             .workspace_fs(config.limits.workspace_fs)
+            .event_buffer(config.server.events_buffer)
             .kernel(opts.clone())
             .remote(&config)
             .tools(tools),

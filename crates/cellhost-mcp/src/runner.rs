@@ -19,6 +19,9 @@ pub trait CellRunner: Send + Sync + 'static {
     /// returned future must finish the cell even if it is dropped early
     /// (spawn it), so a cell is never cut halfway by a client.
     fn run(&self, owner: String, code: String, cell: Cell) -> RunFuture;
+    /// The MCP client `name` (its `clientInfo`) is about to run a cell as
+    /// `owner` (the daemon records it with the cell).
+    fn client(&self, _owner: &str, _name: &str) {}
     /// `owner`'s kernels were disposed on request (`reset_session`).
     fn disposed(&self, _owner: &str) {}
 }

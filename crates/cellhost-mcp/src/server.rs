@@ -194,6 +194,15 @@ impl McpServer {
             cell = cell.clone().events(tx);
             tokio::spawn(progress::forward(ctx.peer.clone(), token, rx))
         });
+        if let Some(info) = ctx.peer.peer_info() {
+            let c = &info.client_info;
+            let name = c
+                .title
+                .as_deref()
+                .filter(|t| !t.is_empty())
+                .unwrap_or(&c.name);
+            self.runner.client(&owner, name);
+        }
         let mut run = self.runner.run(owner.clone(), args.code, cell);
         let result = tokio::select! {
             // A cell that already finished is never mistaken for the

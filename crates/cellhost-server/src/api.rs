@@ -263,6 +263,9 @@ fn page_response(
             for t in [&mut r.value, &mut r.error].into_iter().flatten() {
                 *t = cap_text(t, n, false);
             }
+            // A listing carries small displays only (text fallbacks,
+            // icons); a plot comes with the session's own page.
+            r.displays.retain(|d| d.data.len() <= n);
         }
     }
     let mut resp = Json(page.rows).into_response();
@@ -343,16 +346,32 @@ fn percent(s: &str) -> String {
         .collect()
 }
 
+/// One `/v1/kernels` entry: the kernel, and the MCP client that runs it
+/// when known.
+#[derive(Serialize)]
+pub(crate) struct KernelView {
+    #[serde(flatten)]
+    kernel: KernelSummary,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client: Option<String>,
+}
+
 /// Live kernels: owner, key, state, idle time, RSS, execution count.
 #[utoipa::path(
     get, path = "/v1/kernels",
-    responses((status = 200, description = "One entry per live owned kernel, oldest first", body = Vec<cellhost_protocol::KernelSummary>))
+    responses((status = 200, description = "One entry per live owned kernel, oldest first; `client` names the MCP client (clientInfo) that ran cells as this owner, when known", body = Vec<cellhost_protocol::KernelSummary>))
 )]
-pub(crate) async fn kernels(
-    State(state): State<AppState>,
-    scope: Scope,
-) -> Json<Vec<KernelSummary>> {
-    Json(scope.kernels(&state))
+pub(crate) async fn kernels(State(state): State<AppState>, scope: Scope) -> Json<Vec<KernelView>> {
+    Json(
+        scope
+            .kernels(&state)
+            .into_iter()
+            .map(|kernel| KernelView {
+                client: state.clients.get(&scope.key(&kernel.owner)),
+                kernel,
+            })
+            .collect(),
+    )
 }
 
 /// What code in a new session's kernel runs in: Python version, sandbox

@@ -59,6 +59,11 @@ pub struct ExecuteRequest {
     /// cellhost.toml; default: the session's, else `default_backend`.
     #[serde(default)]
     pub backend: Option<String>,
+    /// The client that sent the cell, when it said (an MCP client's
+    /// `clientInfo` name): recorded in the history. Not part of the body.
+    #[serde(skip)]
+    #[schema(ignore)]
+    pub client: Option<String>,
 }
 
 impl ExecuteRequest {
@@ -222,7 +227,7 @@ pub(crate) async fn run(
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };
-    let mut cell = build_cell(&req);
+    let mut cell = build_cell(&req).front_end(cellhost::events::FrontEnd::Http);
     let events = sse.then(|| {
         let (tx, rx) = mpsc::unbounded_channel();
         cell = cell.clone().events(tx);
@@ -280,8 +285,11 @@ pub(crate) fn spawn_cell(
     session: String,
     owner: String,
     req: ExecuteRequest,
-    cell: Cell,
+    mut cell: Cell,
 ) -> Result<oneshot::Receiver<Answer>, ApiError> {
+    // `run_cell` tells the watchers the result as answered (with the
+    // restart and history notes it adds).
+    cell.caller_finishes = true;
     let ticket = state
         .queue
         .admit(&state.options.limits, &session, req.code.len())?;
@@ -341,6 +349,7 @@ async fn run_cell(
                 let mut row =
                     HistoryEntry::of(&session, req.child.as_deref(), &req.code, started_at, r);
                 row.tenant = tenant.clone();
+                row.client = req.client.clone();
                 let committed = h.record_committed(row).await;
                 if !committed {
                     history = Some(not_recorded(h, r));
@@ -349,7 +358,12 @@ async fn run_cell(
         }
         Err(_) => state.metrics.failed(tenant.as_deref()),
     }
-    let _ = done.send(result.map(|result| Ran { result, history }));
+    let result = result.map(|result| Ran { result, history });
+    if let Ok(ran) = &result {
+        let n = ran.result.kernel.execution_count;
+        state.manager.events().cell_finished(&owner, n, ran);
+    }
+    let _ = done.send(result);
 }
 
 /// The cell's row could not be written: say so in the answer (a field for

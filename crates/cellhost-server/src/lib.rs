@@ -9,7 +9,8 @@
 //! token), `guard` (Host, Origin and Content-Type checks), `metrics`,
 //! `openapi`, `dashboard` (embedded assets), `mcp` (MCP over streamable
 //! HTTP at `/mcp`), `jupyter` (the Jupyter Kernel Gateway protocol under
-//! `/api`), `files` (the workspace routes), `serve` (binding and
+//! `/api`), `files` (the workspace routes), `events` (the live
+//! session event stream), `serve` (binding and
 //! shutdown), `conn` (the accept loop: connection caps and timeouts),
 //! `queue` (bounds on cells in flight), `tenant` (the caller's session
 //! namespace and limits, used by every route).
@@ -19,6 +20,7 @@ mod auth;
 mod conn;
 mod dashboard;
 mod error;
+mod events;
 mod execute;
 mod files;
 mod guard;
@@ -112,6 +114,8 @@ pub struct AppState {
     pub(crate) conns: Arc<conn::ConnStats>,
     /// Tenants' limits on admitted cells (429 past them).
     pub(crate) gate: tenant::Gate,
+    /// The MCP client behind each MCP owner (the dashboard's names).
+    pub(crate) clients: mcp::Clients,
 }
 
 impl AppState {
@@ -135,6 +139,7 @@ impl AppState {
             queue: queue::Queue::default(),
             conns: Arc::default(),
             gate: tenant::Gate::default(),
+            clients: mcp::Clients::default(),
         }
     }
 }
@@ -172,6 +177,11 @@ pub fn router(state: AppState) -> Router {
             delete(api::dispose_child),
         )
         .route("/v1/sessions/{session}/history", get(api::session_history))
+        .route("/v1/sessions/{session}/events", get(events::session))
+        .route(
+            "/v1/sessions/{session}/children/{child}/events",
+            get(events::child),
+        )
         .route("/v1/history", get(api::recent_history))
         .route("/v1/kernels", get(api::kernels))
         .route("/v1/environment", get(api::environment))
@@ -194,5 +204,6 @@ pub fn router(state: AppState) -> Router {
             guard::check_origin,
         ))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(axum::middleware::from_fn(dashboard::no_framing))
         .with_state(state)
 }

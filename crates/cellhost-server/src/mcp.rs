@@ -26,6 +26,10 @@ impl CellRunner for DaemonRunner {
         &self.0.manager
     }
 
+    fn client(&self, owner: &str, name: &str) {
+        self.0.clients.set(owner, name);
+    }
+
     fn disposed(&self, owner: &str) {
         crate::execute::forget_previous(&self.0, owner);
     }
@@ -39,7 +43,9 @@ impl CellRunner for DaemonRunner {
             tools: None,
             max_tool_calls: None,
             backend: None,
+            client: self.0.clients.get(&owner),
         };
+        let cell = cell.front_end(cellhost::events::FrontEnd::Mcp);
         let result = spawn_cell(&self.0, owner.clone(), owner, req, cell);
         Box::pin(async move {
             let result = result.map_err(|e| e.message)?;
@@ -51,6 +57,36 @@ impl CellRunner for DaemonRunner {
                 }
             }
         })
+    }
+}
+
+/// Which MCP client (its `clientInfo` name) last ran a cell as each
+/// owner: the dashboard names MCP sessions by it. Bounded; an owner
+/// forgotten past the bound is shown by its id alone.
+#[derive(Default, Clone)]
+pub(crate) struct Clients(Arc<std::sync::Mutex<std::collections::HashMap<String, String>>>);
+
+/// Most owners [`Clients`] remembers.
+const CLIENTS_MAX: usize = 4096;
+
+impl Clients {
+    pub(crate) fn set(&self, owner: &str, name: &str) {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if m.get(owner).is_some_and(|n| n == name) {
+            return;
+        }
+        if m.len() >= CLIENTS_MAX && !m.contains_key(owner) {
+            if let Some(k) = m.keys().next().cloned() {
+                m.remove(&k);
+            }
+        }
+        let name: String = name.chars().take(128).collect();
+        m.insert(owner.to_owned(), name);
+    }
+
+    pub(crate) fn get(&self, owner: &str) -> Option<String> {
+        let m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        m.get(owner).cloned()
     }
 }
 

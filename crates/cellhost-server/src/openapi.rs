@@ -14,6 +14,8 @@ use utoipa::OpenApi;
         crate::api::dispose_child,
         crate::api::session_history,
         crate::api::recent_history,
+        crate::events::session,
+        crate::events::child,
         crate::api::kernels,
         crate::api::environment,
         crate::api::healthz,

@@ -20,6 +20,7 @@ pub mod config;
 pub mod egress;
 pub mod env;
 pub mod environment;
+pub mod events;
 pub mod files;
 pub mod history;
 pub mod interpreter;

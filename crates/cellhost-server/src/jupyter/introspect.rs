@@ -63,7 +63,9 @@ async fn hidden(app: &AppState, hub: &HubShared, req: &str) -> Result<Value, Str
         lit(req),
         lit(MARKER)
     );
-    let cell = Cell::new(code).timeout(HIDDEN_TIMEOUT);
+    let mut cell = Cell::new(code).timeout(HIDDEN_TIMEOUT);
+    // Completion and inspection are Jupyter's own: no watcher sees them.
+    cell.hidden = true;
     let r = app
         .manager
         .execute_with(&hub.id, &default_spec(app), cell)

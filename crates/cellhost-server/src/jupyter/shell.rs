@@ -85,7 +85,9 @@ async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming) {
         }
     };
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let cell = crate::build_cell(&req).events(tx);
+    let cell = crate::build_cell(&req)
+        .events(tx)
+        .front_end(cellhost::events::FrontEnd::Jupyter);
     let mut result =
         match crate::execute::spawn_cell(app, hub.id.clone(), hub.id.clone(), req, cell) {
             Ok(rx) => rx,

@@ -49,6 +49,9 @@ pub struct ServerConfig {
     pub max_queued_bytes_per_session: usize,
     /// Bytes of code of all cells waiting or running (429 past it).
     pub max_queued_bytes: usize,
+    /// Events queued for one watcher of a session's event stream before
+    /// it is dropped as too slow (`GET /v1/sessions/{session}/events`).
+    pub events_buffer: usize,
 }
 
 impl Default for ServerConfig {
@@ -68,6 +71,7 @@ impl Default for ServerConfig {
             max_queued_cells_per_session: 16,
             max_queued_bytes_per_session: 64 * 1024 * 1024,
             max_queued_bytes: 256 * 1024 * 1024,
+            events_buffer: crate::events::DEFAULT_WATCHER_BUFFER,
         }
     }
 }

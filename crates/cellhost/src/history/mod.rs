@@ -33,7 +33,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use cellhost_protocol::CellResult;
+use cellhost_protocol::{CellResult, DisplayItem};
 use serde::{Deserialize, Serialize};
 
 use crate::config::HistoryConfig;
@@ -74,7 +74,20 @@ pub struct HistoryEntry {
     /// admin's); `session` is then the owner key `tenant:session`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// The cell's rich outputs (images, HTML), at most
+    /// [`DISPLAY_FIELDS`] × `max_field_bytes` of data per row: items past
+    /// that are left out of the row (the cell's own result had them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub displays: Vec<DisplayItem>,
+    /// Which client ran the cell, when it said (an MCP client's
+    /// `clientInfo` name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<String>,
 }
+
+/// A row keeps up to this many times `max_field_bytes` of display data
+/// (a plot is larger than a typical text field).
+pub const DISPLAY_FIELDS: usize = 8;
 
 impl HistoryEntry {
     /// The row for `result` of `code`, run by `session` (or its `child`).
@@ -104,6 +117,8 @@ impl HistoryEntry {
             state_lost: result.kernel.state_lost,
             note: result.kernel.note.clone(),
             tenant: None,
+            displays: result.displays.clone(),
+            client: None,
         }
     }
 }
@@ -444,6 +459,20 @@ fn bound(e: &mut HistoryEntry, max: usize) {
             *t = cap_text(t, max, false);
         }
     }
+    bound_displays(&mut e.displays, max.saturating_mul(DISPLAY_FIELDS));
+}
+
+/// Keep the display items that fit in `budget` bytes of data, in order
+/// (a large image is left out, the small text fallbacks after it stay).
+pub fn bound_displays(displays: &mut Vec<DisplayItem>, budget: usize) {
+    let mut used = 0usize;
+    displays.retain(|d| {
+        let fits = used + d.data.len() + d.mime.len() <= budget;
+        if fits {
+            used += d.data.len() + d.mime.len();
+        }
+        fits
+    });
 }
 
 impl Drop for History {

@@ -77,22 +77,27 @@ pub(super) fn open_writer(path: &Path) -> Result<Connection, HistoryError> {
         .map_err(sqlite("configure the history database", path))?;
     conn.execute_batch(SCHEMA)
         .map_err(sqlite("create the history tables", path))?;
-    // Databases from before tenants get the column (NULL: the admin's).
-    let has_tenant: bool = conn
-        .query_row(
-            "SELECT count(*) FROM pragma_table_info('cells') WHERE name = 'tenant'",
-            [],
-            |r| r.get::<_, i64>(0),
-        )
-        .map_err(sqlite("read the history tables", path))?
-        > 0;
-    if !has_tenant {
-        conn.execute_batch("ALTER TABLE cells ADD COLUMN tenant TEXT;")
-            .map_err(sqlite("add the tenant column to the history", path))?;
-    }
+    migrate(&conn).map_err(sqlite("add the history's new columns", path))?;
     conn.execute_batch("CREATE INDEX IF NOT EXISTS cells_tenant ON cells(tenant, id);")
         .map_err(sqlite("create the history tables", path))?;
     Ok(conn)
+}
+
+/// Columns added after the first schema, added to an older database
+/// (NULL in its rows).
+const ADDED: [(&str, &str); 3] = [("tenant", "TEXT"), ("displays", "TEXT"), ("client", "TEXT")];
+
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare("SELECT name FROM pragma_table_info('cells')")?;
+    let have: Vec<String> = stmt
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    for (name, ty) in ADDED {
+        if !have.iter().any(|h| h == name) {
+            conn.execute_batch(&format!("ALTER TABLE cells ADD COLUMN {name} {ty}"))?;
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn prune(conn: &Connection, r: &Retention) -> rusqlite::Result<()> {
@@ -200,8 +205,9 @@ fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result
         let mut stmt = tx.prepare_cached(
             "INSERT INTO cells (session, child, code, status, stdout, stderr, value, error,
              started_at, duration_seconds, execution_count, kernel_id, tool_calls_made,
-             state_reset, state_lost, note, tenant)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)",
+             state_reset, state_lost, note, tenant, displays, client)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
+                     ?17, ?18, ?19)",
         )?;
         for e in rows {
             stmt.execute(params![
@@ -222,6 +228,9 @@ fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result
                 e.state_lost,
                 e.note,
                 e.tenant,
+                (!e.displays.is_empty())
+                    .then(|| serde_json::to_string(&e.displays).unwrap_or_default()),
+                e.client,
             ])?;
         }
     }
@@ -313,7 +322,7 @@ pub(super) fn page(path: &Path, q: &PageQuery) -> Result<Page, HistoryError> {
     let sizes = format!(
         "SELECT id, octet_length(code) + octet_length(stdout) + octet_length(stderr)
                 + coalesce(octet_length(value), 0) + coalesce(octet_length(error), 0)
-                + coalesce(octet_length(note), 0)
+                + coalesce(octet_length(note), 0) + coalesce(octet_length(displays), 0)
          FROM cells {filter} ORDER BY id DESC LIMIT ?{}",
         args.len()
     );
@@ -370,7 +379,7 @@ pub(super) fn page(path: &Path, q: &PageQuery) -> Result<Page, HistoryError> {
 
 const COLS: &str = "id, session, child, code, status, stdout, stderr, value, error, started_at,
                 duration_seconds, execution_count, kernel_id, tool_calls_made, state_reset,
-                state_lost, note, tenant";
+                state_lost, note, tenant, displays, client";
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryEntry> {
     Ok(HistoryEntry {
@@ -392,5 +401,10 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<HistoryEntry> {
         state_lost: r.get(15)?,
         note: r.get(16)?,
         tenant: r.get(17)?,
+        displays: r
+            .get::<_, Option<String>>(18)?
+            .and_then(|j| serde_json::from_str(&j).ok())
+            .unwrap_or_default(),
+        client: r.get(19)?,
     })
 }

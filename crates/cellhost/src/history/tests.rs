@@ -291,3 +291,56 @@ fn rows_carry_their_tenant_and_pages_filter_by_it() {
     assert_eq!(codes(q(None, None)).len(), 3);
     assert_eq!(codes(q(None, Some("s1"))), [("admin".into(), None)]);
 }
+
+#[test]
+fn displays_and_the_client_are_kept_bounded_and_an_older_database_gains_their_columns() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("history.sqlite");
+    // A database made before the columns existed, with one row.
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        c.execute_batch(
+            "CREATE TABLE cells (id INTEGER PRIMARY KEY AUTOINCREMENT, session TEXT NOT NULL,
+             child TEXT, code TEXT NOT NULL, status TEXT NOT NULL, stdout TEXT NOT NULL,
+             stderr TEXT NOT NULL, value TEXT, error TEXT, started_at REAL NOT NULL,
+             duration_seconds REAL NOT NULL, execution_count INTEGER NOT NULL,
+             kernel_id TEXT NOT NULL, tool_calls_made INTEGER NOT NULL DEFAULT 0,
+             state_reset INTEGER NOT NULL DEFAULT 0, state_lost INTEGER NOT NULL DEFAULT 0,
+             note TEXT);
+             INSERT INTO cells (session, code, status, stdout, stderr, started_at,
+             duration_seconds, execution_count, kernel_id) VALUES ('old', 'x', 'success', '',
+             '', CAST(strftime('%s','now') AS REAL), 0.1, 1, 'k-0');",
+        )
+        .unwrap();
+    }
+    let config = HistoryConfig {
+        max_field_bytes: 1024,
+        ..HistoryConfig::default()
+    };
+    let h = History::open(&path, &config, []).unwrap();
+    let mut r = result("");
+    let item = |mime: &str, data: String, display| DisplayItem {
+        mime: mime.into(),
+        data,
+        display,
+    };
+    r.displays = vec![
+        item("image/png", "QUJD".into(), 0),
+        // Over 8 × 1024 bytes: left out of the row, the rest kept.
+        item("image/png", "A".repeat(9000), 1),
+        item("text/plain", "<Figure>".into(), 1),
+    ];
+    let mut e = HistoryEntry::of("s", None, "plot()", now(), &r);
+    e.client = Some("claude-code".into());
+    h.record(e);
+    h.flush();
+    let old = &h.session("old", 1).unwrap()[0];
+    assert!(old.displays.is_empty() && old.client.is_none());
+    let row = &h.session("s", 1).unwrap()[0];
+    assert_eq!(row.client.as_deref(), Some("claude-code"));
+    let kept: Vec<_> = row.displays.iter().map(|d| d.data.as_str()).collect();
+    assert_eq!(kept, ["QUJD", "<Figure>"]);
+    let json = serde_json::to_value(row).unwrap();
+    assert_eq!(json["displays"][0]["mime"], "image/png");
+    assert!(serde_json::to_value(old).unwrap().get("displays").is_none());
+}

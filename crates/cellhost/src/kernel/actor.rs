@@ -352,6 +352,7 @@ impl Actor {
                 cell.max_tool_calls.unwrap_or(DEFAULT_MAX_TOOL_CALLS),
             ),
         );
+        let mut announce = cell.started.take();
         let code = cell.code.into_bytes();
         let mut delivered_once = false;
         let (outcome, stop) = loop {
@@ -407,6 +408,9 @@ impl Actor {
             self.observed
                 .execution_count
                 .store(proc.execution_count, Ordering::Relaxed);
+            if let Some(started) = announce.take() {
+                let _ = started.send(proc.execution_count);
+            }
             let mut request = Frame::new().with("op", "exec").with("code", &code[..]);
             if let Some(set) = &tool_set {
                 // The process's `tools` module, sent once per tool set.

@@ -204,6 +204,20 @@ pub struct Cell {
     /// Most tool calls this cell may make (default
     /// [`DEFAULT_MAX_TOOL_CALLS`](crate::tools::DEFAULT_MAX_TOOL_CALLS)).
     pub max_tool_calls: Option<u32>,
+    /// The front end the cell came from, for the session's watchers
+    /// ([`crate::events`]).
+    pub front_end: crate::events::FrontEnd,
+    /// Told the cell's execution count once a process has it (before any
+    /// of its output). The manager uses it to announce the cell.
+    pub started: Option<mpsc::UnboundedSender<u64>>,
+    /// The caller publishes the session's `cell_finished` event itself
+    /// ([`crate::events::EventBus::cell_finished`]), once it has amended
+    /// the result (the daemon adds its history and restart notes); the
+    /// manager still publishes it for a cell that fails without a result.
+    pub caller_finishes: bool,
+    /// Not shown to the session's watchers at all (a front end's own
+    /// helper cell, such as Jupyter completion).
+    pub hidden: bool,
 }
 
 impl Cell {
@@ -228,6 +242,12 @@ impl Cell {
     /// closed receiver is ignored; the cell runs on.
     pub fn events(mut self, sink: mpsc::UnboundedSender<CellEvent>) -> Cell {
         self.events = Some(sink);
+        self
+    }
+
+    /// Say which front end the cell came from (see [`Cell::front_end`](Cell#structfield.front_end)).
+    pub fn front_end(mut self, front: crate::events::FrontEnd) -> Cell {
+        self.front_end = front;
         self
     }
 

@@ -72,6 +72,7 @@ impl KernelManager {
     }
 
     async fn dispose_where(&self, pick: impl Fn(&str) -> bool) -> usize {
+        let mut told: Vec<String> = Vec::new();
         let victims = {
             let mut state = self.shared.state();
             let keys: Vec<KernelKey> = state
@@ -92,6 +93,9 @@ impl KernelManager {
                 let Some(slot) = state.slots.remove(&k) else {
                     continue;
                 };
+                if !told.contains(&k.owner) {
+                    told.push(k.owner.clone());
+                }
                 // Also an entry whose kernel is still starting: its
                 // caller starts over and must hear of the reset.
                 victims.extend(housekeeping::mark_removed(&slot));
@@ -106,6 +110,10 @@ impl KernelManager {
             .fetch_add(n as u64, Ordering::Relaxed);
         housekeeping::kill_all(victims).await;
         self.shared.state().killing -= 1;
+        let (change, note) = Tombstone::Disposed.event();
+        for owner in told {
+            self.shared.events.kernel(&owner, change, &note);
+        }
         n
     }
 }

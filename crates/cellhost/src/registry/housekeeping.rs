@@ -49,6 +49,7 @@ pub(super) async fn kill_all(kernels: Vec<Kernel>) {
 pub(super) async fn run(shared: &Shared) {
     let now = Instant::now();
     let opts = &shared.opts;
+    let mut told = Vec::new();
     let (reaped, evicted) = {
         let mut state = shared.state();
         if state.closed {
@@ -70,6 +71,7 @@ pub(super) async fn run(shared: &Shared) {
             for k in keys {
                 if let Some(kernel) = state.slots.remove(&k).and_then(|s| mark_removed(&s)) {
                     reaped.push(kernel);
+                    told.push((k.owner.clone(), Tombstone::Reaped { idle }));
                 }
                 remember(&mut state, k, Tombstone::Reaped { idle });
             }
@@ -89,10 +91,11 @@ pub(super) async fn run(shared: &Shared) {
                 .collect();
             candidates.sort();
             for (_, k) in candidates.into_iter().take(live - opts.max_kernels) {
+                let max_kernels = opts.max_kernels;
                 if let Some(kernel) = state.slots.remove(&k).and_then(|s| mark_removed(&s)) {
                     evicted.push(kernel);
+                    told.push((k.owner.clone(), Tombstone::Evicted { max_kernels }));
                 }
-                let max_kernels = opts.max_kernels;
                 remember(&mut state, k, Tombstone::Evicted { max_kernels });
             }
         }
@@ -112,6 +115,10 @@ pub(super) async fn run(shared: &Shared) {
     all.extend(evicted);
     kill_all(all).await;
     shared.state().killing -= 1;
+    for (owner, why) in told {
+        let (change, note) = why.event();
+        shared.events.kernel(&owner, change, &note);
+    }
 }
 
 /// A started kernel with no call in flight and no cell running (a caller

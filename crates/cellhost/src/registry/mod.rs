@@ -33,9 +33,11 @@ use std::time::SystemTime;
 
 use cellhost_protocol::{CellResult, KernelState, KernelSummary};
 
-use crate::kernel::{Cell, Kernel, KernelError};
+use crate::events::{EventBus, KernelChange};
+use crate::kernel::{Cell, CellEvent, Kernel, KernelError};
 use crate::tools::{ToolSet, ToolSetError};
 use slot::{InFlight, Slot, Tombstone};
+use tokio::sync::mpsc;
 
 pub use key::{
     belongs_to_session, child_owner, is_child, validate_owner, KernelKey, KernelSpec, OwnerError,
@@ -104,6 +106,9 @@ struct Shared {
     recovery: RecoveryReport,
     /// Why workspaces are not on volumes of their own, when asked for.
     fs_warning: Option<String>,
+    events: EventBus,
+    /// Where hidden cells publish: nowhere.
+    muted: EventBus,
 }
 
 impl Drop for Shared {
@@ -176,6 +181,8 @@ impl KernelManager {
             fs_warning,
             backends: remote::backends(&opts),
             pool: pool::Pool::new(opts.warm_pool),
+            events: EventBus::new(opts.event_buffer).redacting(opts.kernel.env.secrets.clone()),
+            muted: EventBus::muted(),
             opts,
             state: Mutex::new(State::default()),
             counters: Counters::default(),
@@ -195,6 +202,12 @@ impl KernelManager {
     /// have them: what is unbounded (front ends print it at start).
     pub fn workspace_fs_warning(&self) -> Option<&str> {
         self.shared.fs_warning.as_deref()
+    }
+
+    /// The session event bus: watch a session's cells, output and kernels
+    /// live ([`EventBus::subscribe`]).
+    pub fn events(&self) -> &EventBus {
+        &self.shared.events
     }
 
     /// The options this manager runs with.
@@ -248,6 +261,7 @@ impl KernelManager {
             if slot.meta().removed {
                 continue; // disposed or evicted while we queued: start over
             }
+            let fresh = slot.meta().kernel.is_none();
             let (kernel, refill) = match self.kernel_of(&slot).await {
                 Ok(Some(k)) => k,
                 Ok(None) => continue,
@@ -260,10 +274,32 @@ impl KernelManager {
                 slot: &slot,
                 tombstone: slot.meta().tombstone.take(),
             };
+            let bus = if cell.hidden {
+                &self.shared.muted
+            } else {
+                &self.shared.events
+            };
+            if fresh {
+                let pid = kernel
+                    .pid()
+                    .map_or(String::new(), |p| format!(" (pid {p})"));
+                bus.kernel(
+                    owner,
+                    KernelChange::Spawned,
+                    &format!("A kernel process{pid} started for this session."),
+                );
+            } else if cell.reset {
+                bus.kernel(
+                    owner,
+                    KernelChange::Reset,
+                    "The kernel is being reset as asked: earlier state is discarded and the cell \
+                     runs in a fresh process.",
+                );
+            }
             // The key's tools, never the caller's own: every tool is one
             // registered with the manager.
             cell.tools.clone_from(&slot.tools);
-            let result = kernel.execute(cell.clone()).await;
+            let (result, count) = Self::run_watched(bus, owner, &kernel, &cell).await;
             if refill {
                 // Refill only now: a spawn started during the cell would
                 // compete with it for the runtime and the CPU.
@@ -272,16 +308,94 @@ impl KernelManager {
             if matches!(result, Err(KernelError::Closed)) && slot.meta().removed {
                 // Disposed between taking the kernel and sending the cell:
                 // the cell never ran, so it runs on the owner's next kernel.
+                if let Some(n) = count {
+                    let why = "the session was disposed as the cell started; it runs again on a fresh kernel";
+                    bus.cell_failed(owner, n, "disposed", why);
+                }
                 continue;
             }
-            let mut result = result?;
+            let mut result = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    if let Some(n) = count {
+                        bus.cell_failed(owner, n, "kernel", &e.to_string());
+                    }
+                    return Err(e.into());
+                }
+            };
             let calls = &self.shared.counters.tool_calls;
             calls.fetch_add(result.tool_calls_made, Ordering::Relaxed);
+            let explained = untold.tombstone.is_some();
             if let Some(t) = untold.tombstone.take() {
                 t.tell(&mut result);
             }
+            let k = &result.kernel;
+            if k.ended || (k.state_lost && !explained) {
+                let note = k
+                    .note
+                    .as_deref()
+                    .unwrap_or("The kernel died during the cell.");
+                bus.kernel(owner, KernelChange::Died, note);
+            }
+            if !cell.caller_finishes {
+                let n = count.unwrap_or(result.kernel.execution_count);
+                bus.cell_finished(owner, n, &result);
+            }
             return Ok(result);
         }
+    }
+
+    /// Run `cell` on `kernel`, publishing its start and its output to the
+    /// owner's watchers as they happen (and passing the output on to the
+    /// cell's own sink). Returns the result and the execution count the
+    /// cell was announced with (`None`: it never reached a process).
+    async fn run_watched(
+        bus: &EventBus,
+        owner: &str,
+        kernel: &Kernel,
+        cell: &Cell,
+    ) -> (Result<CellResult, KernelError>, Option<u64>) {
+        let (started_tx, mut started) = mpsc::unbounded_channel();
+        let (events_tx, mut events) = mpsc::unbounded_channel();
+        let mut run = cell.clone();
+        let sink = run.events.replace(events_tx);
+        run.started = Some(started_tx);
+        let mut count: Option<u64> = None;
+        let announce = |count: &mut Option<u64>, n: u64| {
+            *count = Some(n);
+            bus.cell_started(owner, n, &cell.code, cell.front_end);
+        };
+        let pass = |count: &mut Option<u64>, e: CellEvent| {
+            if count.is_none() {
+                // Not told yet (a backend that does not say): the next one.
+                let n = kernel.execution_count() + 1;
+                *count = Some(n);
+                bus.cell_started(owner, n, &cell.code, cell.front_end);
+            }
+            bus.cell_event(owner, count.unwrap_or_default(), &e);
+            if let Some(sink) = &sink {
+                let _ = sink.send(e);
+            }
+        };
+        let exec = kernel.execute(run);
+        tokio::pin!(exec);
+        let result = loop {
+            tokio::select! {
+                biased;
+                Some(n) = started.recv(), if count.is_none() => announce(&mut count, n),
+                Some(e) = events.recv() => pass(&mut count, e),
+                r = &mut exec => break r,
+            }
+        };
+        if count.is_none() {
+            if let Ok(n) = started.try_recv() {
+                announce(&mut count, n);
+            }
+        }
+        while let Ok(e) = events.try_recv() {
+            pass(&mut count, e);
+        }
+        (result, count)
     }
 
     /// After a failed start: drop the entry if no one else uses it, so a

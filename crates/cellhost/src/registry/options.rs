@@ -50,6 +50,9 @@ pub struct ManagerOptions {
     /// [`KernelManager::start`](super::KernelManager::start) turns it off
     /// and says why ([`workspace_fs_warning`](super::KernelManager::workspace_fs_warning)).
     pub workspace_fs: bool,
+    /// Events queued per session watcher before it is dropped as too slow
+    /// (see [`crate::events`]). Default 256.
+    pub event_buffer: usize,
 }
 
 impl ManagerOptions {
@@ -69,6 +72,7 @@ impl ManagerOptions {
             preload: Vec::new(),
             workspace_quota: crate::config::LimitsConfig::default().workspace_quota(),
             workspace_fs: true,
+            event_buffer: crate::events::DEFAULT_WATCHER_BUFFER,
         }
     }
 
@@ -108,6 +112,12 @@ impl ManagerOptions {
                 let _ = self.ensure_volume(ws);
             }
         }
+    }
+
+    /// Events queued per session watcher (see [`ManagerOptions::event_buffer`]).
+    pub fn event_buffer(mut self, n: usize) -> Self {
+        self.event_buffer = n.max(1);
+        self
     }
 
     /// Apply `[backends.*]` and `default_backend`.

@@ -53,6 +53,36 @@ impl Tombstone {
     }
 }
 
+impl Tombstone {
+    /// The `kernel` event this removal is told to watchers as.
+    pub(crate) fn event(&self) -> (crate::events::KernelChange, String) {
+        use crate::events::KernelChange;
+        match self {
+            Tombstone::Evicted { max_kernels } => (
+                KernelChange::Evicted,
+                format!(
+                    "The kernel was stopped to keep at most {max_kernels} kernels (least \
+                     recently used first); its state is gone and the next cell starts a fresh one."
+                ),
+            ),
+            Tombstone::Reaped { idle } => (
+                KernelChange::Reaped,
+                format!(
+                    "The kernel was stopped after {} s idle (idle_timeout); its state is gone and \
+                     the next cell starts a fresh one.",
+                    idle.as_secs()
+                ),
+            ),
+            Tombstone::Disposed => (
+                KernelChange::Disposed,
+                "The session's kernels were disposed (reset or closed); the next cell starts a \
+                 fresh one."
+                    .to_owned(),
+            ),
+        }
+    }
+}
+
 /// Bookkeeping read and written under a short std lock.
 #[derive(Debug)]
 pub(crate) struct Meta {

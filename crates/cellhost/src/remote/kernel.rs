@@ -407,6 +407,9 @@ impl Actor {
             self.observed
                 .execution_count
                 .store(live.count, Ordering::Relaxed);
+            if let Some(started) = cell.started.take() {
+                let _ = started.send(live.count);
+            }
             let mut request = Frame::new()
                 .with("op", "exec")
                 .with("code", cell.code.as_bytes());
