@@ -1,9 +1,12 @@
 //! Wire types of cellhost: the public cell-result contract.
 //!
 //! These types are what every front end (library, `cellhost run --json`, the
-//! HTTP API, MCP structured content) hands to its caller. They carry no I/O
-//! and depend on serde only, so any transport can reuse them. The JSON shape
-//! is documented in `shared/DESIGN.md` ("Public contract: the cell result").
+//! HTTP API, MCP structured content) hands to its caller, and what it takes
+//! from it: the cell request ([`ExecuteRequest`], validated once for HTTP,
+//! MCP and the CLI) and the events of a streamed run ([`ExecuteEvent`]).
+//! They carry no I/O and depend on serde (and serde_json for the request
+//! body and event data) only, so any transport can reuse them. The JSON
+//! shape is documented in `docs/result.md` and `docs/http-api.md`.
 //!
 //! Fields that do not apply are omitted (`Option::None` is skipped); the
 //! `kernel.*` booleans are always present.
@@ -12,6 +15,14 @@
 //! daemon's generated document; without it the crate needs serde only.
 
 use serde::{Deserialize, Serialize};
+
+mod events;
+mod request;
+
+pub use events::{
+    CellAnswer, Count, ErrorBody, ErrorDetail, ExecuteEvent, NotRecorded, OutputStream,
+};
+pub use request::{check_timeout, ExecuteRequest, RequestError, MAX_TIMEOUT_SECONDS, MAX_TOOLS};
 
 /// How a cell ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

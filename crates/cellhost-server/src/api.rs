@@ -56,11 +56,7 @@ pub(crate) async fn execute(
     crate::execute::run(state, session, body, sse).await
 }
 
-#[derive(Serialize, utoipa::ToSchema)]
-pub(crate) struct Count {
-    /// How many cells were interrupted / kernels disposed.
-    count: usize,
-}
+use cellhost_protocol::Count;
 
 fn has_kernels(state: &AppState, owner: &str) -> bool {
     state.manager.list().iter().any(|k| k.owner == owner)

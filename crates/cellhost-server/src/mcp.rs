@@ -6,10 +6,10 @@
 use std::sync::Arc;
 
 use cellhost::registry::KernelManager;
-use cellhost::Cell;
+use cellhost::{CellEvent, ExecuteRequest};
 use cellhost_mcp::{CellRunner, McpServer, RunFuture};
+use tokio::sync::mpsc::UnboundedSender;
 
-use crate::execute::{spawn_cell, ExecuteRequest};
 use crate::AppState;
 
 struct DaemonRunner(AppState);
@@ -23,17 +23,14 @@ impl CellRunner for DaemonRunner {
         crate::execute::forget_previous(&self.0, owner);
     }
 
-    fn run(&self, owner: String, code: String, cell: Cell) -> RunFuture {
-        let req = ExecuteRequest {
-            code,
-            timeout: None,
-            reset: false,
-            child: None,
-            tools: None,
-            max_tool_calls: None,
-            backend: None,
-        };
-        let result = spawn_cell(&self.0, owner.clone(), owner, req, cell);
+    fn run(
+        &self,
+        owner: String,
+        req: ExecuteRequest,
+        events: Option<UnboundedSender<CellEvent>>,
+    ) -> RunFuture {
+        // The same entry as `POST /v1/sessions/{owner}/execute`.
+        let result = crate::execute::submit(&self.0, owner.clone(), owner, req, events);
         Box::pin(async move {
             let result = result.map_err(|e| e.message)?;
             match result.await {

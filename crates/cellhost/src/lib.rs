@@ -30,12 +30,14 @@ pub mod packages;
 pub mod percent;
 pub mod registry;
 pub mod remote;
+mod request;
 pub mod sandbox;
 pub mod sys;
 pub mod tools;
 
 pub use cellhost_protocol::{
-    CellResult, DisplayItem, KernelInfo, KernelState, KernelSummary, Status, Truncated,
+    CellResult, DisplayItem, ExecuteRequest, KernelInfo, KernelState, KernelSummary, OutputStream,
+    Status, Truncated,
 };
 pub use interpreter::{Interpreter, InterpreterError};
 pub use kernel::{Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SpawnError};
