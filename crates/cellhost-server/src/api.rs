@@ -212,7 +212,7 @@ async fn read_history(state: &AppState, q: PageQuery) -> Result<Page, ApiError> 
     match rows {
         Ok(Ok(page)) => Ok(page),
         Ok(Err(e)) => {
-            eprintln!("cellhost: {e}");
+            eprintln!("cellhost: {}", cellhost::error_chain(&e));
             Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "history_unavailable",

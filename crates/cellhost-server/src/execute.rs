@@ -284,7 +284,8 @@ pub(crate) fn previous_owners(h: &cellhost::history::History) -> HashSet<String>
             .collect(),
         Err(e) => {
             eprintln!(
-                "cellhost: cannot tell sessions of an earlier daemon that their state is gone: {e}"
+                "cellhost: cannot tell sessions of an earlier daemon that their state is gone: {}",
+                cellhost::error_chain(&e)
             );
             HashSet::new()
         }

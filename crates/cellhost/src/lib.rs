@@ -47,6 +47,7 @@ pub mod config;
 pub mod egress;
 pub mod env;
 pub mod environment;
+mod error_chain;
 pub mod files;
 pub mod history;
 pub mod interpreter;
@@ -66,6 +67,7 @@ pub use cellhost_protocol::{
     CellResult, DisplayItem, ExecuteRequest, KernelInfo, KernelState, KernelSummary, OutputStream,
     Status, Truncated,
 };
+pub use error_chain::error_chain;
 pub use interpreter::{Interpreter, InterpreterError};
 pub use kernel::{Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SpawnError};
 pub use output::OutputLimits;
