@@ -4,10 +4,11 @@
 //! usage error (bad flags, a request the server refused as invalid or
 //! unauthorized, an unknown session).
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 
 use cellhost::history::HistoryEntry;
 use cellhost::{CellResult, KernelSummary};
+use cellhost_protocol::{CellAnswer, Count, ExecuteEvent, ExecuteRequest, OutputStream};
 use http_body_util::BodyExt;
 use hyper::Method;
 
@@ -61,7 +62,7 @@ async fn exec_inner(args: ExecArgs) -> Result<u8, Failure> {
             let path = format!("/v1/sessions/{}/interrupt", segment(&args.session));
             let sent = tokio::time::timeout(
                 std::time::Duration::from_secs(5),
-                server.json::<serde_json::Value>(Method::POST, &path, None),
+                server.json::<Count>(Method::POST, &path, None),
             )
             .await;
             match sent {
@@ -75,18 +76,28 @@ async fn exec_inner(args: ExecArgs) -> Result<u8, Failure> {
 }
 
 async fn exec_cell(server: &Server, args: &ExecArgs, code: String) -> Result<u8, Failure> {
-    let mut body = serde_json::json!({ "code": code, "reset": args.reset });
-    if let Some(t) = args.timeout {
-        body["timeout"] = serde_json::json!(t.as_secs_f64());
-    }
+    let req = ExecuteRequest {
+        reset: args.reset,
+        timeout: args.timeout.map(|t| t.as_secs_f64()),
+        ..ExecuteRequest::new(code)
+    };
+    let body = serde_json::to_value(&req).map_err(|e| Failure {
+        line: format!("cannot encode the request: {e}"),
+        exit: 2,
+    })?;
     let path = format!("/v1/sessions/{}/execute", segment(&args.session));
     let result: CellResult = if args.json {
-        let r: serde_json::Value = server.json(Method::POST, &path, Some(body)).await?;
-        println!("{r}");
-        serde_json::from_value(r).map_err(|e| Failure {
+        // The answer as the server sent it, then read as a typed result.
+        let resp = server
+            .send(Method::POST, &path, Some(body), "application/json")
+            .await?;
+        let bytes = read_all(resp).await?;
+        println!("{}", String::from_utf8_lossy(&bytes));
+        let answer: CellAnswer = serde_json::from_slice(&bytes).map_err(|e| Failure {
             line: format!("unexpected answer: {e}"),
             exit: 1,
-        })?
+        })?;
+        answer.result
     } else {
         let (mut r, streamed) = stream(server, &path, body).await?;
         // What the stream did not show (a remote kernel streams nothing;
@@ -130,19 +141,18 @@ async fn exec_cell(server: &Server, args: &ExecArgs, code: String) -> Result<u8,
 pub(crate) struct Streamed {
     /// Bytes of text printed.
     bytes: usize,
-    /// The server stopped streaming it at the cap (its stop line came).
+    /// The server stopped streaming it at the cap (a `stream_stopped`
+    /// event came).
     cut: bool,
 }
-
-/// The server's line when it stops streaming a stream at the cap.
-const STOP_LINE: &str = "[cellhost: streaming of ";
 
 impl Streamed {
     pub(crate) fn saw(&mut self, text: &str) {
         self.bytes += text.len();
-        if text.contains(STOP_LINE) {
-            self.cut = true;
-        }
+    }
+
+    fn stopped(&mut self) {
+        self.cut = true;
     }
 
     /// What to print after the stream from the result's text of it
@@ -198,36 +208,32 @@ async fn stream(
         while let Some(end) = find(&buf, b"\n\n") {
             let event: Vec<u8> = buf.drain(..end + 2).collect();
             let (name, data) = parse_event(&String::from_utf8_lossy(&event));
-            let v: serde_json::Value = match serde_json::from_str(&data) {
-                Ok(v) => v,
-                Err(_) => continue, // keep-alive comments
-            };
-            match name.as_str() {
-                "stdout" => {
-                    let text = v["text"].as_str().unwrap_or_default();
-                    streamed.stdout.saw(text);
+            if name.is_empty() {
+                continue; // keep-alive comments
+            }
+            let event = ExecuteEvent::parse(&name, &data)
+                .map_err(|e| fail(format!("unexpected {name} event from the server: {e}")))?;
+            match event {
+                Some(ExecuteEvent::Stdout(text)) => {
+                    streamed.stdout.saw(&text);
                     let mut o = std::io::stdout().lock();
                     let _ = o.write_all(text.as_bytes());
                     let _ = o.flush();
                 }
-                "stderr" => {
-                    let text = v["text"].as_str().unwrap_or_default();
-                    streamed.stderr.saw(text);
+                Some(ExecuteEvent::Stderr(text)) => {
+                    streamed.stderr.saw(&text);
                     let mut e = std::io::stderr().lock();
                     let _ = e.write_all(text.as_bytes());
                     let _ = e.flush();
                 }
-                "result" => {
-                    let r = serde_json::from_value(v)
-                        .map_err(|e| fail(format!("unexpected result from the server: {e}")))?;
-                    return Ok((r, streamed));
-                }
-                "error" => {
-                    let msg = v["error"]["message"]
-                        .as_str()
-                        .unwrap_or("the cell could not run");
-                    return Err(fail(msg.to_owned()));
-                }
+                Some(ExecuteEvent::StreamStopped { stream, .. }) => match stream {
+                    OutputStream::Stderr => streamed.stderr.stopped(),
+                    _ => streamed.stdout.stopped(),
+                },
+                Some(ExecuteEvent::Result(answer)) => return Ok((answer.result, streamed)),
+                Some(ExecuteEvent::Error(e)) => return Err(fail(e.message)),
+                // Displays come with the result; events of a newer server
+                // are skipped.
                 _ => {}
             }
         }
@@ -295,11 +301,8 @@ pub(crate) async fn reset(client: ClientArgs, session: String) -> u8 {
         async {
             let server = connect(&client)?;
             let path = format!("/v1/sessions/{}", segment(&session));
-            let v: serde_json::Value = server.json(Method::DELETE, &path, None).await?;
-            println!(
-                "session {session} reset ({} kernel(s) disposed)",
-                v["count"]
-            );
+            let v: Count = server.json(Method::DELETE, &path, None).await?;
+            println!("session {session} reset ({} kernel(s) disposed)", v.count);
             Ok(0)
         }
         .await,
@@ -311,8 +314,7 @@ pub(crate) async fn interrupt(client: ClientArgs, session: String) -> u8 {
         async {
             let server = connect(&client)?;
             let path = format!("/v1/sessions/{}/interrupt", segment(&session));
-            let v: serde_json::Value = server.json(Method::POST, &path, None).await?;
-            let n = v["count"].as_u64().unwrap_or(0);
+            let n = server.json::<Count>(Method::POST, &path, None).await?.count;
             if n == 0 {
                 println!("session {session} had no running cell");
             } else {
@@ -345,44 +347,58 @@ pub(crate) async fn history(args: HistoryArgs) -> u8 {
                 line: format!("unexpected answer: {e}"),
                 exit: 1,
             })?;
-            let mut out = String::new();
-            for r in rows {
-                let who = r
-                    .child
-                    .as_deref()
-                    .map(|c| format!(" child {c}"))
-                    .unwrap_or_default();
-                out.push_str(&format!(
-                    "── [{}]{who} {} · {:.1} ms · kernel {} ──\n",
-                    r.execution_count,
-                    r.status,
-                    r.duration_seconds * 1000.0,
-                    r.kernel_id
-                ));
-                for line in r.code.lines() {
-                    out.push_str(&format!(">>> {line}\n"));
-                }
-                for block in [&r.stdout, &r.stderr] {
-                    if !block.is_empty() {
-                        out.push_str(block);
-                        if !block.ends_with('\n') {
-                            out.push('\n');
-                        }
-                    }
-                }
-                if let Some(v) = &r.value {
-                    out.push_str(&format!("Out[{}]: {v}\n", r.execution_count));
-                }
-                if let Some(e) = &r.error {
-                    out.push_str(&format!("{e}\n"));
-                }
-            }
+            let terminal = std::io::stdout().is_terminal();
+            let out = history_text(&rows, terminal);
             let mut o = std::io::stdout().lock();
             let _ = o.write_all(out.as_bytes());
             Ok(0)
         }
         .await,
     )
+}
+
+/// `cellhost history`'s transcript of `rows`. On a `terminal` the stored
+/// text (code above all: it is stored as sent) is shown with its control
+/// characters escaped (see [`crate::render::for_terminal`]); a pipe gets
+/// it as stored.
+fn history_text(rows: &[HistoryEntry], terminal: bool) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let who = r
+            .child
+            .as_deref()
+            .map(|c| format!(" child {c}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "── [{}]{who} {} · {:.1} ms · kernel {} ──\n",
+            r.execution_count,
+            r.status,
+            r.duration_seconds * 1000.0,
+            r.kernel_id
+        ));
+        for line in r.code.lines() {
+            out.push_str(&format!(">>> {line}\n"));
+        }
+        for block in [&r.stdout, &r.stderr] {
+            if !block.is_empty() {
+                out.push_str(block);
+                if !block.ends_with('\n') {
+                    out.push('\n');
+                }
+            }
+        }
+        if let Some(v) = &r.value {
+            out.push_str(&format!("Out[{}]: {v}\n", r.execution_count));
+        }
+        if let Some(e) = &r.error {
+            out.push_str(&format!("{e}\n"));
+        }
+    }
+    if terminal {
+        crate::render::for_terminal(&out).into_owned()
+    } else {
+        out
+    }
 }
 
 #[cfg(test)]
@@ -398,8 +414,12 @@ mod tests {
         // All streamed: nothing more.
         s.saw("hi\n");
         assert_eq!(s.missing("stdout", "hi\n"), None);
-        // Cut at the cap: the result's head and tail under a line.
-        s.saw("\n[cellhost: streaming of stdout stopped after 50,000 bytes; ...]\n");
+        // Text that merely looks like the stop line is not a cut.
+        s.saw("[cellhost: streaming of stdout stopped after 1 bytes]\n");
+        assert_eq!(s.missing("stdout", "hi\n"), None);
+        // Cut at the cap (the server's stream_stopped event): the
+        // result's head and tail under a line.
+        s.stopped();
         let t = s.missing("stdout", "head…tail\n").unwrap();
         assert!(t.starts_with("[cellhost: the cell result's stdout (head and tail) follows]\n"));
         assert!(t.ends_with("head…tail\n"));

@@ -71,3 +71,41 @@ fn push_block(out: &mut String, text: &str) {
         out.push('\n');
     }
 }
+
+/// `text` safe to print on a terminal: every control character but
+/// newline and tab (ESC, the C1 controls U+0080–U+009F such as CSI, BEL,
+/// a bare CR, DEL) is shown as a visible escape (`\x1b`, `\u{9b}`), so
+/// stored text cannot move the cursor, retitle the window or hide a line.
+pub(crate) fn for_terminal(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if !unsafe_char(c) {
+            out.push(c);
+        } else if (c as u32) < 0x80 {
+            out.push_str(&format!("\\x{:02x}", c as u32));
+        } else {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::for_terminal;
+
+    #[test]
+    fn terminal_controls_become_visible_escapes() {
+        assert_eq!(for_terminal("print(1)\n\tx"), "print(1)\n\tx");
+        assert_eq!(
+            for_terminal("a\u{1b}]0;owned\u{7}b\u{9b}2Jc\rd\u{7f}"),
+            "a\\x1b]0;owned\\x07b\\u{9b}2Jc\\x0dd\\x7f"
+        );
+        // Printable text outside ASCII is left alone.
+        assert_eq!(for_terminal("é ✓ 日本"), "é ✓ 日本");
+    }
+}

@@ -69,7 +69,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         Some(path) => match cellhost::config::Config::load(path) {
             Ok(c) => c,
             Err(e) => {
-                eprintln!("cellhost: {e}");
+                eprintln!("cellhost: {}", cellhost::error_chain(&e));
                 return 2;
             }
         },

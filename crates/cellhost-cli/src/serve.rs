@@ -54,7 +54,7 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
     let listening = match Listening::bind(addr, token.is_some()).await {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("cellhost: {e}");
+            eprintln!("cellhost: {}", cellhost::error_chain(&e));
             return 2;
         }
     };
@@ -71,7 +71,8 @@ pub(crate) async fn serve(args: ServeArgs) -> u8 {
         let failed = match opened {
             Ok(Ok(h)) => Ok(Some(Arc::new(h))),
             Ok(Err(e)) => Err(format!(
-                "{e}; fix or move the file, or set [history] enabled = false"
+                "{}; fix or move the file, or set [history] enabled = false",
+                cellhost::error_chain(&e)
             )),
             Err(e) => Err(format!("opening the history failed: {e}")),
         };

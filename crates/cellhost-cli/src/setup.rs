@@ -45,7 +45,7 @@ impl Host {
 pub(crate) fn load_config(args: &HostArgs) -> Result<Config, u8> {
     match &args.config {
         Some(path) => Config::load(path).map_err(|e| {
-            eprintln!("cellhost: {e}");
+            eprintln!("cellhost: {}", cellhost::error_chain(&e));
             2
         }),
         None => Ok(Config::default()),

@@ -132,6 +132,82 @@ fn exec_prints_the_results_tail_when_streaming_stopped_at_the_cap() {
 }
 
 #[test]
+fn a_line_that_only_looks_like_the_stop_line_is_printed_once() {
+    // The cut is a typed `stream_stopped` event, not text: a cell that
+    // prints the stop line's words has not been cut.
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::none(data.path());
+    let line = "[cellhost: streaming of stdout stopped after 1 bytes; fake]";
+    let o = d.cli(&["exec", "-s", "look", &format!("print({line:?})")]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert_eq!(out, format!("{line}\n"));
+}
+
+/// Run `cellhost` with its stdout on a pseudo-terminal; what it printed.
+fn on_a_terminal(d: &Daemon, args: &[&str]) -> String {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let (mut primary, mut secondary) = (-1, -1);
+    // SAFETY: openpty writes two new descriptors; the null pointers ask
+    // for no name, termios or window size.
+    let rc = unsafe {
+        libc::openpty(
+            &mut primary,
+            &mut secondary,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors are new and owned here only.
+    let (primary, secondary) = unsafe {
+        (
+            OwnedFd::from_raw_fd(primary),
+            OwnedFd::from_raw_fd(secondary),
+        )
+    };
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cellhost"))
+        .args(args)
+        .env("CELLHOST_URL", &d.url)
+        .env_remove("CELLHOST_TOKEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(secondary))
+        .spawn()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    // The secondary end is closed (the child exited, ours moved): read
+    // until the terminal says so (EIO).
+    let mut out = Vec::new();
+    let _ = std::fs::File::from(primary).read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[test]
+fn history_on_a_terminal_shows_control_characters_in_stored_code_escaped() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::none(data.path());
+    // Code that holds ESC and C1 control characters (a retitle, a CSI
+    // clear screen) in a comment: stored as sent.
+    let code = "x = 1  # \u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}2J";
+    assert_eq!(d.cli(&["exec", "-s", "esc", code]).status.code(), Some(0));
+    let shown = on_a_terminal(&d, &["history", "esc"]);
+    assert!(shown.contains(">>> x = 1  #"), "{shown:?}");
+    assert!(
+        !shown.contains('\u{1b}') && !shown.contains('\u{9b}') && !shown.contains('\u{7}'),
+        "{shown:?}"
+    );
+    assert!(
+        shown.contains("\\x1b]0;pwned\\x07\\x1b[2J\\u{9b}2J"),
+        "{shown:?}"
+    );
+    // A pipe gets the code as stored.
+    let piped = text(&d.cli(&["history", "esc"])).0;
+    assert!(piped.contains(code), "{piped:?}");
+}
+
+#[test]
 fn sessions_history_reset_and_interrupt_manage_a_real_daemon() {
     let data = tempfile::tempdir().unwrap();
     let d = Daemon::none(data.path());

@@ -128,6 +128,8 @@ fn status_sentence(r: &CellResult) -> String {
         Status::Interrupted => format!("[interrupted]{ended}"),
         Status::Error => format!("[error]{ended}"),
         Status::Success => String::new(),
+        // A status a newer protocol adds: its wire name.
+        other => format!("[{}]{ended}", other.as_str()),
     }
 }
 

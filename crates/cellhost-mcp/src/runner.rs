@@ -6,7 +6,8 @@ use std::future::Future;
 use std::pin::Pin;
 
 use cellhost::registry::{KernelManager, KernelSpec};
-use cellhost::{Cell, CellResult};
+use cellhost::{Cell, CellEvent, CellResult, ExecuteRequest};
+use tokio::sync::mpsc::UnboundedSender;
 
 /// A cell's result, or a message for the model saying what went wrong.
 pub type RunFuture = Pin<Box<dyn Future<Output = Result<CellResult, String>> + Send + 'static>>;
@@ -15,10 +16,15 @@ pub type RunFuture = Pin<Box<dyn Future<Output = Result<CellResult, String>> + S
 pub trait CellRunner: Send + Sync + 'static {
     /// The manager the kernels live in (interrupts, resets, listing).
     fn manager(&self) -> &KernelManager;
-    /// Run `cell` (whose source is `code`) in `owner`'s kernel. The
-    /// returned future must finish the cell even if it is dropped early
-    /// (spawn it), so a cell is never cut halfway by a client.
-    fn run(&self, owner: String, code: String, cell: Cell) -> RunFuture;
+    /// Run `req`'s cell in `owner`'s kernel, sending its live events to
+    /// `events`. The returned future must finish the cell even if it is
+    /// dropped early (spawn it), so a cell is never cut halfway by a client.
+    fn run(
+        &self,
+        owner: String,
+        req: ExecuteRequest,
+        events: Option<UnboundedSender<CellEvent>>,
+    ) -> RunFuture;
     /// The MCP client `name` (its `clientInfo`) is about to run a cell as
     /// `owner` (the daemon records it with the cell).
     fn client(&self, _owner: &str, _name: &str) {}
@@ -38,7 +44,16 @@ impl CellRunner for KernelManager {
         self
     }
 
-    fn run(&self, owner: String, _code: String, cell: Cell) -> RunFuture {
+    fn run(
+        &self,
+        owner: String,
+        req: ExecuteRequest,
+        events: Option<UnboundedSender<CellEvent>>,
+    ) -> RunFuture {
+        let mut cell = Cell::from_request(&req);
+        if let Some(tx) = events {
+            cell = cell.events(tx);
+        }
         let manager = self.clone();
         let task = tokio::spawn(async move {
             let spec = default_spec(&manager);

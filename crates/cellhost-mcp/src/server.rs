@@ -14,7 +14,7 @@ use std::sync::{Arc, OnceLock};
 
 use cellhost::registry::{validate_owner, KernelManager};
 use cellhost::tenant::Caller;
-use cellhost::{Cell, CellEvent};
+use cellhost::CellEvent;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProtocolVersion,
@@ -177,21 +177,18 @@ impl McpServer {
         args: ExecuteArgs,
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, String> {
-        let timeout = args.timeout()?;
-        let owner = self.owner(args.session.clone(), &ctx)?;
+        let (req, session) = args.request()?;
+        let owner = self.owner(session.clone(), &ctx)?;
         // The session is not idle while this call runs (see `hygiene`).
         let _running = Self::session_id(&ctx).map(|id| self.activity.running(&id));
         let manager = self.runner.manager().clone();
         if manager.is_shut_down() {
             return Err("cellhost is shutting down; try again when it is back".to_owned());
         }
-        let mut cell = Cell::new(args.code.clone()).reset(args.reset);
-        if let Some(t) = timeout {
-            cell = cell.timeout(t);
-        }
+        let mut events = None;
         let forward = ctx.meta.get_progress_token().map(|token| {
             let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<CellEvent>();
-            cell = cell.clone().events(tx);
+            events = Some(tx);
             tokio::spawn(progress::forward(ctx.peer.clone(), token, rx))
         });
         if let Some(info) = ctx.peer.peer_info() {
@@ -203,7 +200,7 @@ impl McpServer {
                 .unwrap_or(&c.name);
             self.runner.client(&owner, name);
         }
-        let mut run = self.runner.run(owner.clone(), args.code, cell);
+        let mut run = self.runner.run(owner.clone(), req, events);
         let result = tokio::select! {
             // A cell that already finished is never mistaken for the
             // owner's next one.
@@ -224,7 +221,7 @@ impl McpServer {
             }
         }
         let r = result?;
-        let mut out = CallToolResult::success(render::content(&r, args.session.as_deref()));
+        let mut out = CallToolResult::success(render::content(&r, session.as_deref()));
         out.structured_content = serde_json::to_value(&r).ok();
         out.is_error = Some(!r.is_success());
         Ok(out)

@@ -1,7 +1,8 @@
 //! The MCP tools cellhost offers and their arguments.
 
 use std::sync::Arc;
-use std::time::Duration;
+
+use cellhost::ExecuteRequest;
 
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde::Deserialize;
@@ -11,9 +12,6 @@ pub(crate) const EXECUTE: &str = "execute_code";
 pub(crate) const INTERRUPT: &str = "interrupt";
 pub(crate) const RESET: &str = "reset_session";
 pub(crate) const LIST: &str = "list_kernels";
-
-/// Longest timeout a call may ask for (one day).
-const MAX_TIMEOUT_SECONDS: f64 = 86_400.0;
 
 const EXECUTE_DESCRIPTION: &str = "Run Python code in a persistent kernel that belongs to this \
 conversation: variables, imports, functions and files persist from call to call (like a \
@@ -40,16 +38,16 @@ pub(crate) struct ExecuteArgs {
 }
 
 impl ExecuteArgs {
-    pub fn timeout(&self) -> Result<Option<Duration>, String> {
-        match self.timeout {
-            None => Ok(None),
-            Some(t) if t > 0.0 && t.is_finite() && t <= MAX_TIMEOUT_SECONDS => {
-                Ok(Some(Duration::from_secs_f64(t)))
-            }
-            Some(t) => Err(format!(
-                "timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS}, not {t}"
-            )),
-        }
+    /// The cell request these arguments make (validated like an HTTP
+    /// request's), and the named session, if any.
+    pub fn request(self) -> Result<(ExecuteRequest, Option<String>), String> {
+        let req = ExecuteRequest {
+            timeout: self.timeout,
+            reset: self.reset,
+            ..ExecuteRequest::new(self.code)
+        };
+        req.validate().map_err(|e| e.message)?;
+        Ok((req, self.session))
     }
 }
 
@@ -229,7 +227,7 @@ mod tests {
         m.insert("code".into(), json!("1"));
         m.insert("timeout".into(), json!(-1));
         let a = parse_required::<ExecuteArgs>(EXECUTE, Some(m)).unwrap();
-        assert!(a.timeout().unwrap_err().contains("above 0"));
+        assert!(a.request().unwrap_err().contains("above 0"));
         assert!(parse::<NoArgs>(LIST, None).is_ok());
     }
 }

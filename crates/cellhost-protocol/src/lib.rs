@@ -1,9 +1,12 @@
 //! Wire types of cellhost: the public cell-result contract.
 //!
 //! These types are what every front end (library, `cellhost run --json`, the
-//! HTTP API, MCP structured content) hands to its caller. They carry no I/O
-//! and depend on serde only, so any transport can reuse them. The JSON shape
-//! is documented in `shared/DESIGN.md` ("Public contract: the cell result").
+//! HTTP API, MCP structured content) hands to its caller, and what it takes
+//! from it: the cell request ([`ExecuteRequest`], validated once for HTTP,
+//! MCP and the CLI) and the events of a streamed run ([`ExecuteEvent`]).
+//! They carry no I/O and depend on serde (and serde_json for the request
+//! body and event data) only, so any transport can reuse them. The JSON
+//! shape is documented in `docs/result.md` and `docs/http-api.md`.
 //!
 //! Fields that do not apply are omitted (`Option::None` is skipped); the
 //! `kernel.*` booleans are always present.
@@ -11,12 +14,23 @@
 //! The optional `openapi` feature derives OpenAPI schemas (utoipa) for the
 //! daemon's generated document; without it the crate needs serde only.
 
+#![warn(missing_docs, unreachable_pub)]
+
 use serde::{Deserialize, Serialize};
+
+mod events;
+mod request;
+
+pub use events::{
+    CellAnswer, Count, ErrorBody, ErrorDetail, ExecuteEvent, NotRecorded, OutputStream,
+};
+pub use request::{check_timeout, ExecuteRequest, RequestError, MAX_TIMEOUT_SECONDS, MAX_TOOLS};
 
 /// How a cell ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum Status {
     /// The cell ran to completion (including a deliberate `sys.exit(0)`).
     Success,
@@ -78,7 +92,9 @@ pub fn is_text_mime(mime: &str) -> bool {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Truncated {
+    /// stdout was cut to its head and tail.
     pub stdout: bool,
+    /// stderr was cut to its head and tail.
     pub stderr: bool,
     /// A file holding the cleaned full output (up to the spill cap) when
     /// stdout or stderr was cut.
@@ -99,9 +115,11 @@ fn is_zero(n: &u32) -> bool {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum KernelState {
     /// Its process is being started.
     Starting,
+    /// Alive, no cell running or queued.
     Idle,
     /// A cell is running or queued.
     Busy,
@@ -111,14 +129,19 @@ pub enum KernelState {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KernelSummary {
+    /// The session (or `{session}::child::{child}`) the kernel belongs to.
     pub owner: String,
     /// The registry key: owner, backend, interpreter, cwd, tool set.
     pub key: String,
     /// The current process's id (`k-…`); empty while starting.
     pub id: String,
+    /// `"local"`, or the name of a `[backends.NAME]`.
     pub backend: String,
+    /// The kernel process's pid (on its host), when it has one.
     pub pid: Option<u32>,
+    /// What it is doing.
     pub state: KernelState,
+    /// Cells run in the current process.
     pub execution_count: u64,
     /// Cells waiting behind the running one.
     pub queued: usize,
@@ -126,7 +149,9 @@ pub struct KernelSummary {
     pub created: f64,
     /// Unix time (seconds) of the last call.
     pub last_used: f64,
+    /// Seconds since the last call.
     pub idle_seconds: f64,
+    /// Resident memory of the kernel process, when known.
     pub rss_bytes: Option<u64>,
 }
 
@@ -138,6 +163,7 @@ pub struct KernelInfo {
     pub id: String,
     /// `"local"` for kernels on this machine.
     pub backend: String,
+    /// The kernel process's pid (on its host), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<u32>,
     /// `true` when the cell ran in the same process as the previous cell.
@@ -161,8 +187,11 @@ pub struct KernelInfo {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CellResult {
+    /// How the cell ended.
     pub status: Status,
+    /// Cleaned stdout (head and tail when cut: see `truncated`).
     pub stdout: String,
+    /// Cleaned stderr (head and tail when cut: see `truncated`).
     pub stderr: String,
     /// `repr()` of the last expression, when the cell ends in one that is
     /// not `None`.
@@ -179,13 +208,18 @@ pub struct CellResult {
     /// magic: the supported ones).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hint: Option<String>,
+    /// Rich output (`display()`, plots), in arrival order.
     #[serde(default)]
     pub displays: Vec<DisplayItem>,
+    /// What was cut.
     #[serde(default)]
     pub truncated: Truncated,
+    /// Tool RPC calls the cell made.
     #[serde(default)]
     pub tool_calls_made: u64,
+    /// Wall time of the cell, in seconds.
     pub duration_seconds: f64,
+    /// Which kernel ran it and what happened to its state.
     pub kernel: KernelInfo,
 }
 

@@ -58,11 +58,7 @@ pub(crate) async fn execute(
     crate::execute::run(state, scope.key(&session), body, sse).await
 }
 
-#[derive(Serialize, utoipa::ToSchema)]
-pub(crate) struct Count {
-    /// How many cells were interrupted / kernels disposed.
-    count: usize,
-}
+use cellhost_protocol::Count;
 
 fn has_kernels(state: &AppState, owner: &str) -> bool {
     state.manager.list().iter().any(|k| k.owner == owner)
@@ -227,7 +223,7 @@ async fn read_history(state: &AppState, q: PageQuery) -> Result<Page, ApiError> 
     match rows {
         Ok(Ok(page)) => Ok(page),
         Ok(Err(e)) => {
-            eprintln!("cellhost: {e}");
+            eprintln!("cellhost: {}", cellhost::error_chain(&e));
             Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "history_unavailable",

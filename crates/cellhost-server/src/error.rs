@@ -79,6 +79,13 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A refused cell request is a 400 with the request's own code.
+impl From<cellhost_protocol::RequestError> for ApiError {
+    fn from(e: cellhost_protocol::RequestError) -> ApiError {
+        ApiError::bad_request(e.code, e.message)
+    }
+}
+
 impl From<cellhost::registry::ManagerError> for ApiError {
     fn from(e: cellhost::registry::ManagerError) -> ApiError {
         use cellhost::registry::ManagerError;

@@ -1,5 +1,8 @@
-//! `POST /v1/sessions/{session}/execute`: the request, the [`Cell`] it
-//! becomes, and the run itself (plain JSON or Server-Sent Events).
+//! `POST /v1/sessions/{session}/execute`: the request
+//! ([`ExecuteRequest`], from cellhost-protocol), the [`Cell`] it becomes,
+//! and the run itself (plain JSON or Server-Sent Events). [`submit`] is
+//! the one way a cell runs in the daemon: HTTP, `/mcp` and the Jupyter
+//! gateway all call it.
 //!
 //! Every cell runs in its own task, so a client that hangs up never
 //! cancels it halfway: it still finishes, is counted and lands in the
@@ -10,7 +13,7 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -21,172 +24,67 @@ use axum::Json;
 use cellhost::history::HistoryEntry;
 use cellhost::registry::{child_owner, validate_owner, KernelSpec};
 use cellhost::{Cell, CellEvent, CellResult};
+use cellhost_protocol::{CellAnswer, ErrorDetail, ExecuteEvent, ExecuteRequest, NotRecorded};
 use futures_util::stream;
-use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::{ApiError, AppState};
 
-/// Longest timeout a request may ask for (one day).
-const MAX_TIMEOUT_SECONDS: f64 = 86_400.0;
-/// Most tools one request may allow.
-const MAX_TOOLS: usize = 256;
-
-/// The body of an execute request.
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ExecuteRequest {
-    /// Python source of the cell.
-    pub code: String,
-    /// Seconds before the cell is interrupted (then killed if it does not
-    /// stop); default: the server's.
-    #[serde(default)]
-    pub timeout: Option<f64>,
-    /// Restart the session's kernel (discarding its state) before running.
-    #[serde(default)]
-    pub reset: bool,
-    /// Run in this delegated child's own kernel (`{session}::child::{child}`).
-    #[serde(default)]
-    pub child: Option<String>,
-    /// Tools the cell may call (Tool RPC), by name; default: every tool the
-    /// server has. A different tool set gets a different kernel.
-    #[serde(default)]
-    pub tools: Option<Vec<String>>,
-    /// Most tool calls the cell may make (default 50).
-    #[serde(default)]
-    pub max_tool_calls: Option<u32>,
-    /// The backend to run on: `"local"` or a `[backends.NAME]` of
-    /// cellhost.toml; default: the session's, else `default_backend`.
-    #[serde(default)]
-    pub backend: Option<String>,
-    /// The client that sent the cell, when it said (an MCP client's
-    /// `clientInfo` name): recorded in the history. Not part of the body.
-    #[serde(skip)]
-    #[schema(ignore)]
-    pub client: Option<String>,
+/// The kernel's owner: the session, or its delegated child.
+fn owner(req: &ExecuteRequest, session: &str) -> Result<String, ApiError> {
+    let bad =
+        |e: cellhost::registry::OwnerError| ApiError::bad_request("invalid_session", e.to_string());
+    match &req.child {
+        Some(child) => child_owner(session, child).map_err(bad),
+        None => validate_owner(session)
+            .map(|()| session.to_owned())
+            .map_err(bad),
+    }
 }
 
-impl ExecuteRequest {
-    /// Parse and validate a request body.
-    ///
-    /// # Errors
-    /// A 400 [`ApiError`] that says what was wrong.
-    pub fn parse(body: &[u8]) -> Result<ExecuteRequest, ApiError> {
-        if body.iter().all(u8::is_ascii_whitespace) {
-            return Err(ApiError::bad_request(
-                "bad_json",
-                "the request body is empty; send JSON like {\"code\": \"1 + 1\"}",
-            ));
-        }
-        // serde would also take a struct as a positional array
-        // (`["1 + 1", 5]`): only an object is a request.
-        let first = body.iter().find(|b| !b.is_ascii_whitespace());
-        if first.is_some_and(|&b| b == b'[') {
-            return Err(ApiError::bad_request(
-                "invalid_request",
-                "the request body must be a JSON object, not an array; send JSON like {\"code\": \"1 + 1\"}",
-            ));
-        }
-        let req: ExecuteRequest = serde_json::from_slice(body).map_err(|e| {
-            use serde_json::error::Category;
-            match e.classify() {
-                Category::Data => ApiError::bad_request(
-                    "invalid_request",
-                    format!("{e}; send JSON like {{\"code\": \"1 + 1\"}}"),
-                ),
-                _ => ApiError::bad_request(
-                    "bad_json",
-                    format!("the request body is not valid JSON ({e}); send JSON like {{\"code\": \"1 + 1\"}}"),
-                ),
-            }
-        })?;
-        if let Some(t) = req.timeout {
-            if !(t > 0.0 && t.is_finite() && t <= MAX_TIMEOUT_SECONDS) {
-                return Err(ApiError::bad_request(
-                    "invalid_request",
-                    format!("timeout must be a number of seconds above 0 and at most {MAX_TIMEOUT_SECONDS}, not {t}"),
-                ));
-            }
-        }
-        let tools = req.tools.as_deref().unwrap_or_default();
-        if tools.len() > MAX_TOOLS {
-            return Err(ApiError::bad_request(
-                "invalid_request",
+/// The kernel key's spec: the tool set picks the kernel. Without a
+/// `tools` list, every tool of the server (`all`).
+fn spec(req: &ExecuteRequest, all: &cellhost::ToolSet) -> KernelSpec {
+    let spec = match &req.tools {
+        Some(names) => KernelSpec::default().tools(names),
+        None => KernelSpec::default().tools(all.names()),
+    };
+    match &req.backend {
+        Some(b) => spec.backend(b),
+        None => spec,
+    }
+}
+
+/// Every named tool must be one of the server's (a typo is a 400,
+/// also for an SSE request, whose stream could only say it in an event).
+fn check_tools(req: &ExecuteRequest, all: &cellhost::ToolSet) -> Result<(), ApiError> {
+    match &req.tools {
+        Some(names) => all
+            .subset(&names.iter().cloned().collect())
+            .map(|_| ())
+            .map_err(|e| ApiError::bad_request("unknown_tool", e.to_string())),
+        None => Ok(()),
+    }
+}
+
+/// A named backend must exist (a typo is a 400, not a failed spawn).
+fn check_backend(
+    req: &ExecuteRequest,
+    backends: &cellhost::remote::Backends,
+) -> Result<(), ApiError> {
+    match &req.backend {
+        Some(b) if b != "local" && !backends.names().iter().any(|n| n == b) => {
+            Err(ApiError::bad_request(
+                "unknown_backend",
                 format!(
-                    "at most {MAX_TOOLS} tools may be allowed per cell, not {}",
-                    tools.len()
+                    "unknown backend {b:?}: use \"local\" or one of the [backends.NAME] of the \
+                     server's cellhost.toml ({})",
+                    backends.names().join(", ")
                 ),
-            ));
+            ))
         }
-        Ok(req)
+        _ => Ok(()),
     }
-
-    /// The kernel's owner: the session, or its delegated child.
-    fn owner(&self, session: &str) -> Result<String, ApiError> {
-        let bad = |e: cellhost::registry::OwnerError| {
-            ApiError::bad_request("invalid_session", e.to_string())
-        };
-        match &self.child {
-            Some(child) => child_owner(session, child).map_err(bad),
-            None => validate_owner(session)
-                .map(|()| session.to_owned())
-                .map_err(bad),
-        }
-    }
-
-    /// The kernel key's spec: the tool set picks the kernel. Without a
-    /// `tools` list, every tool of the server (`all`).
-    fn spec(&self, all: &cellhost::ToolSet) -> KernelSpec {
-        let spec = match &self.tools {
-            Some(names) => KernelSpec::default().tools(names),
-            None => KernelSpec::default().tools(all.names()),
-        };
-        match &self.backend {
-            Some(b) => spec.backend(b),
-            None => spec,
-        }
-    }
-
-    /// Every named tool must be one of the server's (a typo is a 400,
-    /// also for an SSE request, whose stream could only say it in an event).
-    fn check_tools(&self, all: &cellhost::ToolSet) -> Result<(), ApiError> {
-        match &self.tools {
-            Some(names) => all
-                .subset(&names.iter().cloned().collect())
-                .map(|_| ())
-                .map_err(|e| ApiError::bad_request("unknown_tool", e.to_string())),
-            None => Ok(()),
-        }
-    }
-
-    /// A named backend must exist (a typo is a 400, not a failed spawn).
-    fn check_backend(&self, backends: &cellhost::remote::Backends) -> Result<(), ApiError> {
-        match &self.backend {
-            Some(b) if b != "local" && !backends.names().iter().any(|n| n == b) => {
-                Err(ApiError::bad_request(
-                    "unknown_backend",
-                    format!(
-                        "unknown backend {b:?}: use \"local\" or one of the [backends.NAME] of the \
-                         server's cellhost.toml ({})",
-                        backends.names().join(", ")
-                    ),
-                ))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-/// The [`Cell`] a request asks for (its tools come from the kernel key).
-pub fn build_cell(req: &ExecuteRequest) -> Cell {
-    let mut cell = Cell::new(req.code.clone()).reset(req.reset);
-    if let Some(t) = req.timeout {
-        cell = cell.timeout(Duration::from_secs_f64(t));
-    }
-    if let Some(n) = req.max_tool_calls {
-        cell = cell.max_tool_calls(n);
-    }
-    cell
 }
 
 /// Map a body extraction failure (too large, unreadable) to an error.
@@ -214,30 +112,34 @@ pub(crate) async fn run(
 ) -> Response {
     let prepared = body
         .map_err(|r| body_error(r, state.options.max_body_bytes))
-        .and_then(|b| ExecuteRequest::parse(&b))
+        .and_then(|b| ExecuteRequest::parse(&b).map_err(ApiError::from))
         .and_then(|req| {
-            req.check_backend(state.manager.backends())?;
-            req.check_tools(&state.manager.options().tools)?;
-            if state.manager.is_shut_down() {
-                return Err(cellhost::registry::ManagerError::ShutDown.into());
-            }
-            Ok((req.owner(&session)?, req))
+            check_backend(&req, state.manager.backends())?;
+            check_tools(&req, &state.manager.options().tools)?;
+            Ok((owner(&req, &session)?, req))
         });
     let (owner, req) = match prepared {
         Ok(v) => v,
         Err(e) => return e.into_response(),
     };
-    let mut cell = build_cell(&req).front_end(cellhost::events::FrontEnd::Http);
-    let events = sse.then(|| {
+    let (events, rx) = if sse {
         let (tx, rx) = mpsc::unbounded_channel();
-        cell = cell.clone().events(tx);
-        rx
-    });
-    let result = match spawn_cell(&state, session, owner, req, cell) {
+        (Some(tx), Some(rx))
+    } else {
+        (None, None)
+    };
+    let result = match submit(
+        &state,
+        session,
+        owner,
+        req,
+        events,
+        cellhost::events::FrontEnd::Http,
+    ) {
         Ok(r) => r,
         Err(e) => return e.into_response(),
     };
-    match events {
+    match rx {
         None => match result.await {
             Ok(Ok(r)) => Json(r).into_response(),
             Ok(Err(e)) => e.into_response(),
@@ -252,26 +154,37 @@ pub(crate) async fn run(
     }
 }
 
-/// A cell's answer: its result, and (only when its history row could not
-/// be written) a `history` field saying so. Additive to the cell-result
-/// contract: clients that do not know the field still get the result.
-#[derive(Debug, serde::Serialize)]
-pub(crate) struct Ran {
-    #[serde(flatten)]
-    pub(crate) result: CellResult,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) history: Option<NotRecorded>,
-}
-
-/// `"history": {"recorded": false, "error": "…"}`.
-#[derive(Debug, serde::Serialize)]
-pub(crate) struct NotRecorded {
-    recorded: bool,
-    error: String,
-}
-
 /// What the task sends back.
-pub(crate) type Answer = Result<Ran, ApiError>;
+pub(crate) type Answer = Result<CellAnswer, ApiError>;
+
+/// Run `req`'s cell as `owner`'s, recorded as `session`'s, in its own task
+/// (see [`spawn_cell`]); `events` gets its live events. The one entry of
+/// every front end of the daemon (HTTP, `/mcp`, the Jupyter gateway).
+///
+/// # Errors
+/// A 503 [`ApiError`] when the daemon is shutting down; a 429 past the
+/// queue bounds.
+pub(crate) fn submit(
+    state: &AppState,
+    session: String,
+    owner: String,
+    req: ExecuteRequest,
+    events: Option<mpsc::UnboundedSender<CellEvent>>,
+    front_end: cellhost::events::FrontEnd,
+) -> Result<oneshot::Receiver<Answer>, ApiError> {
+    if state.manager.is_shut_down() {
+        return Err(cellhost::registry::ManagerError::ShutDown.into());
+    }
+    let mut cell = Cell::from_request(&req).front_end(front_end);
+    if let Some(tx) = events {
+        cell = cell.events(tx);
+    }
+    // The MCP client behind the owner (its `clientInfo`), for the history.
+    let client = matches!(front_end, cellhost::events::FrontEnd::Mcp)
+        .then(|| state.clients.get(&owner))
+        .flatten();
+    spawn_cell(state, session, owner, req, cell, client)
+}
 
 /// Run `cell` in its own task (counted, recorded in metrics and history
 /// as `session`'s), so a caller that goes away never cuts it halfway.
@@ -280,12 +193,13 @@ pub(crate) type Answer = Result<Ran, ApiError>;
 /// A 429 [`ApiError`] (with `Retry-After`) when the session already has
 /// as many cells waiting, or as much code in flight, as allowed, or when
 /// the cell would pass one of its tenant's limits (`tenant::Gate`).
-pub(crate) fn spawn_cell(
+fn spawn_cell(
     state: &AppState,
     session: String,
     owner: String,
     req: ExecuteRequest,
     mut cell: Cell,
+    client: Option<String>,
 ) -> Result<oneshot::Receiver<Answer>, ApiError> {
     // `run_cell` tells the watchers the result as answered (with the
     // restart and history notes it adds).
@@ -310,6 +224,7 @@ pub(crate) fn spawn_cell(
         owner,
         req,
         cell,
+        client,
         done,
         (in_flight, ticket, admitted),
     ));
@@ -322,6 +237,7 @@ async fn run_cell(
     owner: String,
     req: ExecuteRequest,
     cell: Cell,
+    client: Option<String>,
     done: oneshot::Sender<Answer>,
     _held: (
         InFlight,
@@ -333,7 +249,7 @@ async fn run_cell(
     let started_at = unix_now();
     let mut result = state
         .manager
-        .execute_with(&owner, &req.spec(&state.manager.options().tools), cell)
+        .execute_with(&owner, &spec(&req, &state.manager.options().tools), cell)
         .await
         .map_err(ApiError::from);
     if let Ok(r) = &mut result {
@@ -349,7 +265,7 @@ async fn run_cell(
                 let mut row =
                     HistoryEntry::of(&session, req.child.as_deref(), &req.code, started_at, r);
                 row.tenant = tenant.clone();
-                row.client = req.client.clone();
+                row.client = client;
                 let committed = h.record_committed(row).await;
                 if !committed {
                     history = Some(not_recorded(h, r));
@@ -358,10 +274,10 @@ async fn run_cell(
         }
         Err(_) => state.metrics.failed(tenant.as_deref()),
     }
-    let result = result.map(|result| Ran { result, history });
-    if let Ok(ran) = &result {
-        let n = ran.result.kernel.execution_count;
-        state.manager.events().cell_finished(&owner, n, ran);
+    let result = result.map(|result| CellAnswer { result, history });
+    if let Ok(answer) = &result {
+        let n = answer.result.kernel.execution_count;
+        state.manager.events().cell_finished(&owner, n, answer);
     }
     let _ = done.send(result);
 }
@@ -400,7 +316,8 @@ pub(crate) fn previous_owners(h: &cellhost::history::History) -> HashSet<String>
             .collect(),
         Err(e) => {
             eprintln!(
-                "cellhost: cannot tell sessions of an earlier daemon that their state is gone: {e}"
+                "cellhost: cannot tell sessions of an earlier daemon that their state is gone: {}",
+                cellhost::error_chain(&e)
             );
             HashSet::new()
         }
@@ -519,29 +436,35 @@ fn sse_response(
 
 /// The `result` (or `error`) event that ends a stream.
 fn final_event(r: Result<Answer, oneshot::error::RecvError>) -> Event {
-    match r {
-        Ok(Ok(r)) => json_event("result", &r),
-        Ok(Err(e)) => json_event(
-            "error",
-            &serde_json::json!({"error": {"code": e.code, "message": e.message}}),
-        ),
-        Err(_) => json_event(
-            "error",
-            &serde_json::json!({"error": {"code": "internal", "message": "the cell's task ended without a result"}}),
-        ),
-    }
-}
-
-fn event_of(e: CellEvent) -> Option<Event> {
-    Some(match e {
-        CellEvent::Stdout(text) => json_event("stdout", &serde_json::json!({ "text": text })),
-        CellEvent::Stderr(text) => json_event("stderr", &serde_json::json!({ "text": text })),
-        CellEvent::Display(items) => json_event("display", &serde_json::json!({ "items": items })),
-        _ => return None,
+    sse_event(&match r {
+        Ok(Ok(r)) => ExecuteEvent::Result(Box::new(r)),
+        Ok(Err(e)) => ExecuteEvent::Error(ErrorDetail {
+            code: e.code.to_owned(),
+            message: e.message,
+        }),
+        Err(_) => ExecuteEvent::Error(ErrorDetail {
+            code: "internal".to_owned(),
+            message: "the cell's task ended without a result".to_owned(),
+        }),
     })
 }
 
-fn json_event(name: &str, value: &impl serde::Serialize) -> Event {
-    let data = serde_json::to_string(value).unwrap_or_else(|_| "{}".to_owned());
-    Event::default().event(name).data(data)
+fn event_of(e: CellEvent) -> Option<Event> {
+    Some(sse_event(&match e {
+        CellEvent::Stdout(text) => ExecuteEvent::Stdout(text),
+        CellEvent::Stderr(text) => ExecuteEvent::Stderr(text),
+        CellEvent::Display(items) => ExecuteEvent::Display(items),
+        CellEvent::StreamStopped {
+            stream,
+            after_bytes,
+        } => ExecuteEvent::StreamStopped {
+            stream,
+            after_bytes,
+        },
+        _ => return None,
+    }))
+}
+
+fn sse_event(e: &ExecuteEvent) -> Event {
+    Event::default().event(e.name()).data(e.data())
 }

@@ -44,9 +44,9 @@ use axum::Router;
 use cellhost::history::History;
 use cellhost::registry::KernelManager;
 
+pub use cellhost_protocol::ExecuteRequest;
 pub use conn::HttpLimits;
 pub use error::ApiError;
-pub use execute::{build_cell, ExecuteRequest};
 pub use serve::{serve, shutdown_signal, Listening, ServeError};
 
 /// How the daemon runs (everything but the manager and the history).

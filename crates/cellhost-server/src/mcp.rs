@@ -12,10 +12,10 @@ use axum::http::{HeaderValue, Method};
 use axum::response::Response;
 
 use cellhost::registry::KernelManager;
-use cellhost::Cell;
+use cellhost::{CellEvent, ExecuteRequest};
 use cellhost_mcp::{CellRunner, McpServer, RunFuture};
+use tokio::sync::mpsc::UnboundedSender;
 
-use crate::execute::{spawn_cell, ExecuteRequest};
 use crate::tenant::Caller;
 use crate::AppState;
 
@@ -34,19 +34,21 @@ impl CellRunner for DaemonRunner {
         crate::execute::forget_previous(&self.0, owner);
     }
 
-    fn run(&self, owner: String, code: String, cell: Cell) -> RunFuture {
-        let req = ExecuteRequest {
-            code,
-            timeout: None,
-            reset: false,
-            child: None,
-            tools: None,
-            max_tool_calls: None,
-            backend: None,
-            client: self.0.clients.get(&owner),
-        };
-        let cell = cell.front_end(cellhost::events::FrontEnd::Mcp);
-        let result = spawn_cell(&self.0, owner.clone(), owner, req, cell);
+    fn run(
+        &self,
+        owner: String,
+        req: ExecuteRequest,
+        events: Option<UnboundedSender<CellEvent>>,
+    ) -> RunFuture {
+        // The same entry as `POST /v1/sessions/{owner}/execute`.
+        let result = crate::execute::submit(
+            &self.0,
+            owner.clone(),
+            owner,
+            req,
+            events,
+            cellhost::events::FrontEnd::Mcp,
+        );
         Box::pin(async move {
             let result = result.map_err(|e| e.message)?;
             match result.await {

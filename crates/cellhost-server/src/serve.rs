@@ -24,7 +24,7 @@ const DRAIN: Duration = Duration::from_secs(5);
 pub enum ServeError {
     #[error("refusing to listen on {addr} without a token: anyone who can reach it could run code as you; set CELLHOST_TOKEN (or [server] token), or listen on 127.0.0.1")]
     NeedToken { addr: SocketAddr },
-    #[error("failed to listen on {addr}: {source}; pick another address with --listen")]
+    #[error("failed to listen on {addr} (pick another address with --listen)")]
     Bind {
         addr: SocketAddr,
         #[source]

@@ -308,6 +308,9 @@ impl EventBus {
                     });
                 }
             }
+            // Watchers saw the stop line itself as output; the fact is in
+            // the result that `cell_finished` carries.
+            CellEvent::StreamStopped { .. } => {}
         }
     }
 

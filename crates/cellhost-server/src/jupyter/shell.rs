@@ -77,19 +77,17 @@ async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming) {
             &Outgoing::new("iopub", "execute_input", session, Some(msg), input),
         );
     }
-    let req: ExecuteRequest = match serde_json::from_value(json!({ "code": code })) {
-        Ok(r) => r,
-        Err(e) => {
-            let e = ApiError::bad_request("invalid_request", e.to_string());
-            return failed(hub, socket, msg, &e);
-        }
-    };
+    let req = ExecuteRequest::new(code);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let cell = crate::build_cell(&req)
-        .events(tx)
-        .front_end(cellhost::events::FrontEnd::Jupyter);
     let mut result =
-        match crate::execute::spawn_cell(app, hub.id.clone(), hub.id.clone(), req, cell) {
+        match crate::execute::submit(
+            app,
+            hub.id.clone(),
+            hub.id.clone(),
+            req,
+            Some(tx),
+            cellhost::events::FrontEnd::Jupyter,
+        ) {
             Ok(rx) => rx,
             // Past the queue bounds (429) or shutting down: an error reply.
             Err(e) => return failed(hub, socket, msg, &e),

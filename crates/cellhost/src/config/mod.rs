@@ -75,7 +75,7 @@ pub struct Config {
 /// Why a configuration file could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {path}: {source}; check the path given to --config")]
+    #[error("cannot read config file {path} (check the path given to --config)")]
     Read {
         path: PathBuf,
         source: std::io::Error,

@@ -126,14 +126,14 @@ impl HistoryEntry {
 /// Why the history database cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
-    #[error("failed to {about} ({path}): {source}")]
+    #[error("failed to {about} ({path})")]
     Sqlite {
         about: &'static str,
         path: PathBuf,
         #[source]
         source: rusqlite::Error,
     },
-    #[error("failed to create the history directory {path}: {source}")]
+    #[error("failed to create the history directory {path}")]
     Dir {
         path: PathBuf,
         #[source]

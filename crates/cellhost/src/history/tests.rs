@@ -142,6 +142,12 @@ fn a_file_that_is_not_a_database_is_a_clear_error() {
     std::fs::write(&path, vec![b'x'; 4096]).unwrap();
     let err = History::open(&path, &HistoryConfig::default(), []).unwrap_err();
     assert!(err.to_string().contains("history"), "{err}");
+    // The message names what failed, its source why: printed as a chain,
+    // the cause appears once.
+    let line = crate::error_chain(&err);
+    let cause = std::error::Error::source(&err).unwrap().to_string();
+    assert!(!err.to_string().contains(&cause), "{err}");
+    assert_eq!(line.matches(&cause).count(), 1, "{line}");
 }
 
 #[tokio::test]

@@ -68,6 +68,14 @@ pub enum CellEvent {
     Stdout(String),
     /// Cleaned stderr text, as [`CellEvent::Stdout`].
     Stderr(String),
+    /// Streaming of `stream` stopped at the per-cell cap (`after_bytes`),
+    /// right after its stop line; the result has the stream's head and tail.
+    StreamStopped {
+        /// The stream that stopped.
+        stream: cellhost_protocol::OutputStream,
+        /// The cap it reached, in bytes.
+        after_bytes: u64,
+    },
 }
 
 /// The displays of the cell being run (or of the next one, between cells).

@@ -7,6 +7,8 @@
 
 use tokio::sync::mpsc::UnboundedSender;
 
+use cellhost_protocol::OutputStream;
+
 use super::wait::Streams;
 use super::CellEvent;
 use crate::output::{Cleaner, LineTap, OutputLimits};
@@ -19,21 +21,38 @@ pub(super) fn tap(
     limits: &OutputLimits,
 ) {
     let out = sink.clone();
-    streams.out.tap(LineTap::new(
-        "stdout",
-        limits.cap_bytes,
-        cleaner.clone(),
-        Box::new(move |text| {
-            let _ = out.send(CellEvent::Stdout(text));
-        }),
-    ));
+    streams.out.tap(
+        LineTap::new(
+            "stdout",
+            limits.cap_bytes,
+            cleaner.clone(),
+            Box::new(move |text| {
+                let _ = out.send(CellEvent::Stdout(text));
+            }),
+        )
+        .on_stop(stopped(sink, OutputStream::Stdout)),
+    );
     let err = sink.clone();
-    streams.err.tap(LineTap::new(
-        "stderr",
-        limits.cap_bytes,
-        cleaner.clone(),
-        Box::new(move |text| {
-            let _ = err.send(CellEvent::Stderr(text));
-        }),
-    ));
+    streams.err.tap(
+        LineTap::new(
+            "stderr",
+            limits.cap_bytes,
+            cleaner.clone(),
+            Box::new(move |text| {
+                let _ = err.send(CellEvent::Stderr(text));
+            }),
+        )
+        .on_stop(stopped(sink, OutputStream::Stderr)),
+    );
+}
+
+/// Tells `sink` that `stream`'s streaming stopped at the cap.
+fn stopped(sink: &UnboundedSender<CellEvent>, stream: OutputStream) -> crate::output::OnStop {
+    let sink = sink.clone();
+    Box::new(move |after_bytes| {
+        let _ = sink.send(CellEvent::StreamStopped {
+            stream,
+            after_bytes,
+        });
+    })
 }

@@ -38,7 +38,7 @@ pub mod stream;
 
 pub use capture::{Capture, Captured};
 pub use clean::Cleaner;
-pub use stream::LineTap;
+pub use stream::{LineTap, OnStop};
 
 /// How much of a cell's output is kept.
 #[derive(Debug, Clone, PartialEq)]

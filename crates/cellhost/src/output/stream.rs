@@ -41,6 +41,11 @@ pub const KEY_HOLD_MAX: usize = 64 * 1024;
 /// Where released, cleaned text goes.
 pub type Emit = Box<dyn FnMut(String) + Send>;
 
+/// Told once, after the stop line, that streaming stopped at the cap (its
+/// argument: the cap in bytes), so a consumer learns it as a fact rather
+/// than by reading the text.
+pub type OnStop = Box<dyn FnOnce(u64) + Send>;
+
 /// Streams one output stream's cleaned text at safe points.
 pub struct LineTap {
     name: &'static str,
@@ -60,6 +65,7 @@ pub struct LineTap {
     /// The last release was a forced cut inside a run of token characters:
     /// the next piece starts after a cut.
     after_cut: bool,
+    on_stop: Option<OnStop>,
 }
 
 impl std::fmt::Debug for LineTap {
@@ -88,7 +94,15 @@ impl LineTap {
             dropping_key: false,
             stopped: false,
             after_cut: false,
+            on_stop: None,
         }
+    }
+
+    /// Call `f` once when streaming stops at the cap (after the stop line
+    /// was emitted).
+    pub fn on_stop(mut self, f: OnStop) -> LineTap {
+        self.on_stop = Some(f);
+        self
     }
 
     /// Raw bytes the stream carried.
@@ -245,6 +259,9 @@ impl LineTap {
         (self.emit)(text);
         self.stopped = true;
         self.pending = Vec::new();
+        if let Some(f) = self.on_stop.take() {
+            f(self.limit as u64);
+        }
     }
 }
 

@@ -102,6 +102,27 @@ fn streaming_stops_at_the_budget_and_says_so() {
 }
 
 #[test]
+fn the_stop_is_told_once_as_a_fact_after_the_stop_line() {
+    let (t, got) = tap(100, &[]);
+    let stops = Arc::new(Mutex::new(Vec::new()));
+    let (seen, lines) = (stops.clone(), got.clone());
+    let mut t = t.on_stop(Box::new(move |cap| {
+        let printed = lines.lock().unwrap().concat();
+        seen.lock()
+            .unwrap()
+            .push((cap, printed.contains("stopped after")));
+    }));
+    // A line that only looks like the stop line is not a stop.
+    t.push(b"[cellhost: streaming of stdout stopped after 1 bytes]\n");
+    assert!(stops.lock().unwrap().is_empty());
+    for _ in 0..50 {
+        t.push(b"0123456789\n");
+    }
+    t.flush();
+    assert_eq!(*stops.lock().unwrap(), [(100, true)]);
+}
+
+#[test]
 fn a_long_line_without_newline_is_released_at_a_space() {
     let (mut t, got) = tap(1_000_000, &[]);
     let word = "x".repeat(100);
