@@ -25,6 +25,20 @@ fn venv_python() -> PathBuf {
     path
 }
 
+/// The test venv's interpreter (pandas, matplotlib) for kernels that need it.
+fn test_venv_python() -> PathBuf {
+    let path = match std::env::var_os("CELLHOST_TEST_VENV_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-test/bin/python"),
+    };
+    assert!(
+        path.exists(),
+        "the test venv is missing ({}); run scripts/test, which creates it",
+        path.display()
+    );
+    path
+}
+
 struct Daemon {
     child: Child,
     url: String,
@@ -32,7 +46,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(token: Option<&str>) -> Daemon {
+    fn start(token: Option<&str>, python: Option<&Path>) -> Daemon {
         let data = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellhost"));
         cmd.args([
@@ -50,6 +64,9 @@ impl Daemon {
         .stderr(Stdio::inherit());
         if let Some(t) = token {
             cmd.env("CELLHOST_TOKEN", t);
+        }
+        if let Some(p) = python {
+            cmd.arg("--python").arg(p);
         }
         let mut child = cmd.spawn().unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap());
@@ -85,7 +102,12 @@ impl Drop for Daemon {
 
 /// Run `check` of clients.py against a fresh daemon; panics with its output.
 fn check(name: &str, token: Option<&str>) {
-    let daemon = Daemon::start(token);
+    check_with(name, token, None);
+}
+
+/// [`check`], the daemon's kernels on `python`.
+fn check_with(name: &str, token: Option<&str>, python: Option<&Path>) {
+    let daemon = Daemon::start(token, python);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/jupyter/clients.py");
     let out = Command::new(venv_python())
         .arg(&script)
@@ -109,6 +131,13 @@ fn check(name: &str, token: Option<&str>) {
 #[test]
 fn a_raw_websocket_client_gets_the_jupyter_message_sequence() {
     check("raw_protocol", Some(TOKEN));
+}
+
+/// A DataFrame's HTML table and a custom class's `_repr_*_` forms come in
+/// the `execute_result`, as ipykernel sends them.
+#[test]
+fn a_values_rich_reprs_are_its_execute_result() {
+    check_with("rich_result", Some(TOKEN), Some(&test_venv_python()));
 }
 
 #[test]

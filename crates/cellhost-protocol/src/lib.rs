@@ -181,6 +181,12 @@ pub struct CellResult {
     pub hint: Option<String>,
     #[serde(default)]
     pub displays: Vec<DisplayItem>,
+    /// The `display` index of the last value's rich repr (its HTML table,
+    /// PNG, ...: the bundle IPython's display formatter would make, with
+    /// the value's `text/plain`), when the value has one. Absent for plain
+    /// values, and when that display was dropped for a size cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_display: Option<u32>,
     #[serde(default)]
     pub truncated: Truncated,
     #[serde(default)]

@@ -515,6 +515,11 @@ fn event_of(e: CellEvent) -> Option<Event> {
         CellEvent::Stdout(text) => json_event("stdout", &serde_json::json!({ "text": text })),
         CellEvent::Stderr(text) => json_event("stderr", &serde_json::json!({ "text": text })),
         CellEvent::Display(items) => json_event("display", &serde_json::json!({ "items": items })),
+        // The last value's rich repr: a display like the others, marked.
+        CellEvent::Value(items) => json_event(
+            "display",
+            &serde_json::json!({ "items": items, "value": true }),
+        ),
         _ => return None,
     })
 }

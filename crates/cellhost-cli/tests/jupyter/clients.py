@@ -162,6 +162,79 @@ def check_raw_protocol():
     print("raw protocol ok")
 
 
+RICH_CLASS = r"""
+class Rich:
+    def _repr_html_(self): return "<b>rich</b>"
+    def _repr_markdown_(self): return "**rich**"
+    def _repr_latex_(self): return "$x^2$"
+    def _repr_json_(self): return {"rich": [1, 2]}
+    def _repr_svg_(self): return "<svg xmlns='http://www.w3.org/2000/svg'/>"
+    def _repr_png_(self): return b"\x89PNG\r\n\x1a\nfake"
+    def __repr__(self): return "Rich()"
+
+class Bundle:
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/html": "<i>bundle</i>", "application/vnd.test+json": {"k": 1}}
+    def __repr__(self): return "Bundle()"
+"""
+
+
+def v1_execute(session, code):
+    req = urllib.request.Request(URL + f"/v1/sessions/{session}/execute",
+                                 data=json.dumps({"code": code}).encode(), method="POST")
+    req.add_header("Authorization", "Bearer " + TOKEN)
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def check_rich_result():
+    """A value's rich reprs travel in its execute_result, as IPython's display
+    formatter puts them there, and are not sent twice as display_data."""
+    import base64
+    k = new_kernel()
+    a = Raw(k)
+    got, reply = a.execute("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert "display_data" not in types(got), types(got)
+    res = [m for m in got if m["msg_type"] == "execute_result"]
+    assert len(res) == 1, types(got)
+    data = res[0]["content"]["data"]
+    assert "<table" in data.get("text/html", "") and "dataframe" in data["text/html"], data
+    assert "a  b" in data["text/plain"] and "x" in data["text/plain"], data
+    assert res[0]["content"]["execution_count"] == 1, res[0]["content"]
+
+    got, reply = a.execute(RICH_CLASS + "\nRich()")
+    assert "display_data" not in types(got), types(got)
+    data = [m for m in got if m["msg_type"] == "execute_result"][0]["content"]["data"]
+    assert data["text/plain"] == "Rich()", data
+    assert data["text/html"] == "<b>rich</b>" and data["text/markdown"] == "**rich**", data
+    assert data["text/latex"] == "$x^2$", data
+    assert data["application/json"] == {"rich": [1, 2]}, data
+    assert data["image/svg+xml"].startswith("<svg"), data
+    assert base64.b64decode(data["image/png"]) == b"\x89PNG\r\n\x1a\nfake", data
+    got, reply = a.execute("Bundle()")
+    data = [m for m in got if m["msg_type"] == "execute_result"][0]["content"]["data"]
+    assert data == {"text/html": "<i>bundle</i>", "application/vnd.test+json": {"k": 1},
+                    "text/plain": "Bundle()"}, data
+    # display() stays display_data; a plain value stays text/plain only.
+    got, reply = a.execute("display(Rich())\n7")
+    disp = [m for m in got if m["msg_type"] == "display_data"]
+    assert len(disp) == 1 and disp[0]["content"]["data"]["text/html"] == "<b>rich</b>", types(got)
+    data = [m for m in got if m["msg_type"] == "execute_result"][0]["content"]["data"]
+    assert data == {"text/plain": "7"}, data
+    # cellhost's own result: `value` stays the repr; `value_display` names
+    # the display that is the value's bundle.
+    r = v1_execute(k, "Rich()")
+    assert r["value"] == "Rich()", r
+    vd = r["value_display"]
+    items = {d["mime"]: d["data"] for d in r["displays"] if d["display"] == vd}
+    assert items["text/html"] == "<b>rich</b>", r
+    r = v1_execute(k, "display(Rich())\n8")
+    assert "value_display" not in r and r["displays"], r
+    print("rich result ok")
+
+
 def check_two_sockets_and_malformed():
     k = new_kernel()
     a, b = Raw(k), Raw(k)

@@ -92,12 +92,17 @@ async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming) {
             // Past the queue bounds (429) or shutting down: an error reply.
             Err(e) => return failed(hub, socket, msg, &e),
         };
-    let forward = |e: CellEvent| {
-        if !silent {
+    // The last value's rich repr, sent as the `execute_result` (not as a
+    // `display_data`), as IPython's display formatter does.
+    let mut value: Option<Vec<DisplayItem>> = None;
+    let mut forward = |e: CellEvent| match e {
+        CellEvent::Value(items) => value = Some(items),
+        e if !silent => {
             if let Some(out) = event_message(e, session, msg) {
                 hub.send(None, &out);
             }
         }
+        _ => {}
     };
     let result = loop {
         tokio::select! {
@@ -115,7 +120,7 @@ async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming) {
         }
     };
     match result {
-        Ok(Ok(r)) => finished(hub, socket, msg, silent, &r.result),
+        Ok(Ok(r)) => finished(hub, socket, msg, silent, &r.result, value.as_deref()),
         Ok(Err(e)) => failed(hub, socket, msg, &e),
         Err(_) => failed(
             hub,
@@ -184,7 +189,16 @@ fn state_note(hub: &HubShared, r: &CellResult) -> Option<String> {
     }
 }
 
-fn finished(hub: &HubShared, socket: u64, msg: &Incoming, silent: bool, r: &CellResult) {
+/// `value`: the last value's rich bundle (a [`CellEvent::Value`]), if
+/// it has one; else the `execute_result` is its `text/plain` repr.
+fn finished(
+    hub: &HubShared,
+    socket: u64,
+    msg: &Incoming,
+    silent: bool,
+    r: &CellResult,
+    value: Option<&[DisplayItem]>,
+) {
     let session = &hub.session;
     let count = hub.jupyter_count(&r.kernel.id, r.kernel.execution_count);
     let note = state_note(hub, r);
@@ -206,9 +220,13 @@ fn finished(hub: &HubShared, socket: u64, msg: &Incoming, silent: bool, r: &Cell
         metadata["cellhost"]["state_note"] = json!(n);
     }
     if let (Some(v), false) = (&r.value, silent) {
+        let mut data = value.map_or_else(|| json!({}), bundle);
+        if data.get("text/plain").is_none() {
+            data["text/plain"] = json!(v);
+        }
         let content = json!({
             "execution_count": count,
-            "data": {"text/plain": v},
+            "data": data,
             "metadata": {},
         });
         hub.send(
