@@ -168,6 +168,14 @@ fn nbclient_executes_a_notebook_through_the_gateway() {
     check("nbclient", None);
 }
 
+/// With a token on cellhost, nbclient reaches it through a loopback
+/// Jupyter Server whose gateway client holds the token
+/// (`--GatewayClient.auth_token`).
+#[test]
+fn nbclient_through_jupyter_server_reaches_a_daemon_with_a_token() {
+    check("nbclient_token", Some(TOKEN));
+}
+
 #[test]
 fn ag2_jupyter_code_executor_keeps_state_between_code_blocks() {
     check("ag2", Some(TOKEN));

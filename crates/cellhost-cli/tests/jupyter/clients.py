@@ -340,16 +340,28 @@ def free_port():
 
 
 class JupyterServer:
-    def __init__(self):
+    """`jupyter server --gateway-url=cellhost`. own_token: its own (None: a
+    random one); env_token: cellhost's token as JUPYTER_GATEWAY_AUTH_TOKEN,
+    else as --GatewayClient.auth_token."""
+
+    def __init__(self, own_token=None, env_token=True):
         self.port = free_port()
-        self.token = uuid.uuid4().hex
+        self.token = uuid.uuid4().hex if own_token is None else own_token
         self.dir = tempfile.mkdtemp()
-        env = dict(os.environ, JUPYTER_GATEWAY_AUTH_TOKEN=TOKEN, JUPYTER_CONFIG_DIR=self.dir,
+        env = dict(os.environ, JUPYTER_CONFIG_DIR=self.dir,
                    JUPYTER_DATA_DIR=self.dir, JUPYTER_RUNTIME_DIR=self.dir)
+        env.pop("JUPYTER_GATEWAY_AUTH_TOKEN", None)
+        env.pop("JUPYTER_GATEWAY_URL", None)
+        # A tokenless relay takes API calls without a browser's XSRF cookie.
+        args = ["--ServerApp.disable_check_xsrf=True"] if self.token == "" else []
+        if env_token:
+            env["JUPYTER_GATEWAY_AUTH_TOKEN"] = TOKEN
+        else:
+            args.append(f"--GatewayClient.auth_token={TOKEN}")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", f"--port={self.port}",
              "--ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
-             f"--gateway-url={URL}", f"--ServerApp.root_dir={self.dir}"],
+             f"--gateway-url={URL}", f"--ServerApp.root_dir={self.dir}"] + args,
             env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "log"), "w"))
         self.base = f"http://127.0.0.1:{self.port}"
         for _ in range(300):
@@ -407,9 +419,13 @@ def check_jupyter_server():
     print("jupyter server ok")
 
 
-def check_nbclient():
-    os.environ["JUPYTER_GATEWAY_URL"] = URL
-    os.environ["JUPYTER_GATEWAY_AUTH_TOKEN"] = TOKEN
+def run_notebook(gateway_url, gateway_token):
+    """A notebook through Jupyter Server's gateway kernel manager (what
+    nbclient/papermill use with --gateway-url), outputs checked."""
+    os.environ["JUPYTER_GATEWAY_URL"] = gateway_url
+    os.environ.pop("JUPYTER_GATEWAY_AUTH_TOKEN", None)
+    if gateway_token:
+        os.environ["JUPYTER_GATEWAY_AUTH_TOKEN"] = gateway_token
     import nbformat
     from nbclient import NotebookClient
     from jupyter_server.gateway.gateway_client import GatewayClient
@@ -421,16 +437,19 @@ def check_nbclient():
         nbformat.v4.new_code_cell("a = 20\nprint('hello')"),
         nbformat.v4.new_code_cell("a + 22"),
         nbformat.v4.new_code_cell("display({'text/html': '<i>h</i>', 'text/plain': 'h'}, raw=True)"),
+        nbformat.v4.new_code_cell("class T:\n    def _repr_html_(self): return '<table>t</table>'\nT()"),
     ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     km = GatewayKernelManager()
     client = NotebookClient(nb, km=km, timeout=60, kernel_name="python3")
     client.execute()
-    c0, c1, c2 = nb.cells
+    c0, c1, c2, c3 = nb.cells
     assert c0.outputs[0]["name"] == "stdout" and c0.outputs[0]["text"] == "hello\n", c0.outputs
     assert c1.outputs[0]["output_type"] == "execute_result", c1.outputs
     assert c1.outputs[0]["data"]["text/plain"] == "42" and c1.execution_count == 2, c1
     assert c2.outputs[0]["output_type"] == "display_data" and c2.outputs[0]["data"]["text/html"] == "<i>h</i>"
+    assert [o["output_type"] for o in c3.outputs] == ["execute_result"], c3.outputs
+    assert c3.outputs[0]["data"]["text/html"] == "<table>t</table>", c3.outputs
     # A failing cell raises in nbclient, with cellhost's error.
     nb2 = nbformat.v4.new_notebook()
     nb2.cells = [nbformat.v4.new_code_cell("raise ValueError('nope')")]
@@ -439,7 +458,29 @@ def check_nbclient():
         raise AssertionError("the error cell raises")
     except Exception as e:
         assert "ValueError" in str(e) and "nope" in str(e), e
+
+
+def check_nbclient():
+    run_notebook(URL, TOKEN if TOKEN != "none" else None)
     print("nbclient ok")
+
+
+def check_nbclient_token():
+    """cellhost has a token. jupyter_server's GatewayKernelClient opens its
+    WebSocket without headers, so nbclient goes through a loopback Jupyter
+    Server (no token of its own) whose gateway client holds cellhost's token
+    (--GatewayClient.auth_token): REST and the WebSocket relay carry it."""
+    js = JupyterServer(own_token="", env_token=False)
+    try:
+        run_notebook(js.base, None)
+        # The kernels lived on cellhost, under its token.
+        st, kernels = http("GET", "/api/kernels")
+        assert st == 200
+    finally:
+        js.stop()
+    log = open(os.path.join(js.dir, "log")).read()
+    assert "401" not in log, log
+    print("nbclient token ok")
 
 
 def check_ag2():
