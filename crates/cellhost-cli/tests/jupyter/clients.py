@@ -344,11 +344,15 @@ class JupyterServer:
     random one); env_token: cellhost's token as JUPYTER_GATEWAY_AUTH_TOKEN,
     else as --GatewayClient.auth_token."""
 
-    def __init__(self, own_token=None, env_token=True):
+    def __init__(self, own_token=None, env_token=True, cmd=None, extra=(), files=None):
         self.port = free_port()
         self.token = uuid.uuid4().hex if own_token is None else own_token
         self.dir = tempfile.mkdtemp()
-        env = dict(os.environ, JUPYTER_CONFIG_DIR=self.dir,
+        for name, text in (files or {}).items():
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write(text)
+        env = dict(os.environ, JUPYTER_CONFIG_DIR=self.dir, JUPYTERLAB_SETTINGS_DIR=self.dir,
+                   JUPYTERLAB_WORKSPACES_DIR=self.dir,
                    JUPYTER_DATA_DIR=self.dir, JUPYTER_RUNTIME_DIR=self.dir)
         env.pop("JUPYTER_GATEWAY_AUTH_TOKEN", None)
         env.pop("JUPYTER_GATEWAY_URL", None)
@@ -359,9 +363,9 @@ class JupyterServer:
         else:
             args.append(f"--GatewayClient.auth_token={TOKEN}")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", f"--port={self.port}",
+            (cmd or [sys.executable, "-m", "jupyter_server"]) + ["--no-browser", "--allow-root", f"--port={self.port}",
              "--ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
-             f"--gateway-url={URL}", f"--ServerApp.root_dir={self.dir}"] + args,
+             f"--gateway-url={URL}", f"--ServerApp.root_dir={self.dir}"] + args + list(extra),
             env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "log"), "w"))
         self.base = f"http://127.0.0.1:{self.port}"
         for _ in range(300):
@@ -481,6 +485,145 @@ def check_nbclient_token():
     log = open(os.path.join(js.dir, "log")).read()
     assert "401" not in log, log
     print("nbclient token ok")
+
+
+# ---- JupyterLab in headless Chromium (WebDriver, as tests/dashboard.rs) ---------
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+class WebDriver:
+    def __init__(self):
+        for path, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+            assert os.path.exists(path), f"{path} is missing: apt-get install -y {pkg} (scripts/test does)"
+        self.port = free_port()
+        self.profile = tempfile.mkdtemp()
+        # Its own process group: chromedriver and the browser die together.
+        self.proc = subprocess.Popen([CHROMEDRIVER, f"--port={self.port}"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        self.base = f"http://127.0.0.1:{self.port}"
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1280,900", f"--user-data-dir={self.profile}"]}}}}
+        self.session = self.call("POST", "/session", caps)["sessionId"]
+
+    def call(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return json.loads(r.read())["value"]
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"webdriver {path}: {e.read()[:500]!r}")
+
+    def s(self, path, body=None, method="POST"):
+        return self.call(method, f"/session/{self.session}{path}", body)
+
+    def js(self, script):
+        return self.s("/execute/sync", {"script": script, "args": []})
+
+    def wait(self, what, script, timeout=60):
+        end = time.time() + timeout
+        while True:
+            got = self.js(script)
+            if got:
+                return got
+            if time.time() > end:
+                text = self.js("return document.body ? document.body.innerText : ''")
+                raise AssertionError(f"the page never showed {what}:\n{text[:3000]}")
+            time.sleep(0.2)
+
+    def stop(self):
+        try:
+            self.s("", method="DELETE")
+        except Exception:
+            pass
+        os.killpg(self.proc.pid, 9)
+        self.proc.wait(10)
+
+
+def check_png(data):
+    """A real PNG: signature, IHDR first with a sane size, every chunk's CRC
+    right, IDAT data that inflates, IEND last."""
+    import struct
+    import zlib
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+    i, chunks, idat = 8, [], b""
+    while i < len(data):
+        n, = struct.unpack(">I", data[i:i + 4])
+        kind, body = data[i + 4:i + 8], data[i + 8:i + 8 + n]
+        crc, = struct.unpack(">I", data[i + 8 + n:i + 12 + n])
+        assert zlib.crc32(kind + body) & 0xffffffff == crc, kind
+        chunks.append(kind)
+        if kind == b"IDAT":
+            idat += body
+        i += 12 + n
+    assert chunks[0] == b"IHDR" and chunks[-1] == b"IEND", chunks
+    w, h = struct.unpack(">II", data[16:24])
+    assert w >= 640 and h >= 480, (w, h)
+    assert len(zlib.decompress(idat)) > w * h, "IDAT inflates to the image"
+    return w, h
+
+
+def check_jupyterlab():
+    """`jupyter lab --gateway-url=cellhost` in headless Chromium: open a
+    notebook, run its cell with Shift+Enter, see the output; screenshot."""
+    import base64
+    marker = "hello from jupyterlab on cellhost"
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {},
+                     "outputs": [], "source": f"import os\nprint({marker!r})\n6 * 7"}],
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (cellhost)",
+                                      "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    lab = JupyterServer(cmd=[os.path.join(os.path.dirname(sys.executable), "jupyter-lab")], files={"t.ipynb": json.dumps(nb)},
+                        extra=["--LabApp.news_url=", "--LabApp.check_for_updates_class="
+                               "jupyterlab.NeverCheckForUpdate"])
+    wd = None
+    try:
+        wd = WebDriver()
+        wd.s("/url", {"url": f"{lab.base}/lab/tree/t.ipynb?token={lab.token}"})
+        # The notebook is open and its kernel (on cellhost) idle.
+        wd.wait("the notebook with an idle kernel",
+                "return !!document.querySelector('.jp-Notebook .jp-Cell .cm-content') && "
+                "document.body.innerText.includes('Idle')", timeout=90)
+        editor = wd.s("/element", {"using": "css selector", "value": ".jp-Notebook .jp-Cell .cm-content"})
+        eid = list(editor.values())[0]
+        wd.s(f"/element/{eid}/click", {})
+        wd.s("/actions", {"actions": [{"type": "key", "id": "kb", "actions": [
+            {"type": "keyDown", "value": "\ue008"}, {"type": "keyDown", "value": "\ue007"},
+            {"type": "keyUp", "value": "\ue007"}, {"type": "keyUp", "value": "\ue008"}]}]})
+        out = wd.wait("the cell's output",
+                      "const o = [...document.querySelectorAll('.jp-OutputArea-output')]"
+                      ".map(e => e.innerText).join('\\n'); return o.includes('42') && o", timeout=60)
+        assert marker in out and "42" in out, out
+        prompt = wd.js("return document.querySelector('.jp-InputPrompt').innerText")
+        assert "[1]" in prompt, prompt
+        png = base64.b64decode(wd.s("/screenshot", method="GET"))
+        w, h = check_png(png)
+        shot = os.environ.get("CELLHOST_SCREENSHOT")
+        if shot:
+            with open(shot, "wb") as f:
+                f.write(png)
+        # The kernel the page used is a cellhost session: the cell is in its history.
+        kernels = http("GET", "/api/kernels")[1]
+        assert kernels, kernels
+        req = urllib.request.Request(URL + f"/v1/sessions/{kernels[0]['id']}/history")
+        req.add_header("Authorization", "Bearer " + TOKEN)
+        hist = urllib.request.urlopen(req, timeout=30).read().decode()
+        assert marker in hist, hist[:2000]
+    finally:
+        if wd is not None:
+            wd.stop()
+        lab.stop()
+    print(f"jupyterlab ok (screenshot {w}x{h})")
 
 
 def check_ag2():
