@@ -368,7 +368,10 @@ class JupyterServer:
              f"--gateway-url={URL}", f"--ServerApp.root_dir={self.dir}"] + args + list(extra),
             env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "log"), "w"))
         self.base = f"http://127.0.0.1:{self.port}"
-        for _ in range(300):
+        # Generous: with jupyterlab installed every server loads its
+        # extensions, and the test machine may be busy.
+        end = time.time() + 120
+        while time.time() < end and self.proc.poll() is None:
             try:
                 http("GET", "/api/status", base=self.base, token=self.token)
                 return
