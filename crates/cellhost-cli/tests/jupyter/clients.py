@@ -348,6 +348,11 @@ class JupyterServer:
         self.port = free_port()
         self.token = uuid.uuid4().hex if own_token is None else own_token
         self.dir = tempfile.mkdtemp()
+        # Extensions these tests do not use (jupyter_lsp scans for language
+        # servers at start) stay off.
+        with open(os.path.join(self.dir, "jupyter_server_config.json"), "w") as f:
+            json.dump({"ServerApp": {"jpserver_extensions": {
+                "jupyter_lsp": False, "jupyter_server_terminals": False}}}, f)
         for name, text in (files or {}).items():
             with open(os.path.join(self.dir, name), "w") as f:
                 f.write(text)
@@ -582,7 +587,9 @@ def check_jupyterlab():
     import base64
     marker = "hello from jupyterlab on cellhost"
     nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {},
-                     "outputs": [], "source": f"import os\nprint({marker!r})\n6 * 7"}],
+                     "outputs": [], "source": f"print({marker!r})\nclass T:\n"
+                     "    def _repr_html_(self): return '<b>rich 42</b>'\n"
+                     "    def __repr__(self): return 'T()'\nT()"}],
           "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (cellhost)",
                                       "language": "python"}},
           "nbformat": 4, "nbformat_minor": 5}
@@ -605,10 +612,16 @@ def check_jupyterlab():
             {"type": "keyUp", "value": "\ue007"}, {"type": "keyUp", "value": "\ue008"}]}]})
         out = wd.wait("the cell's output",
                       "const o = [...document.querySelectorAll('.jp-OutputArea-output')]"
-                      ".map(e => e.innerText).join('\\n'); return o.includes('42') && o", timeout=60)
-        assert marker in out and "42" in out, out
-        prompt = wd.js("return document.querySelector('.jp-InputPrompt').innerText")
-        assert "[1]" in prompt, prompt
+                      ".map(e => e.innerText); return o.join('').includes('rich 42') && o", timeout=60)
+        # The print, then the value as ipykernel sends it: one execute_result,
+        # rendered from its text/html (no second display of the same value).
+        assert len(out) == 2 and marker in out[0] and "T()" not in "".join(out), out
+        rich = wd.js("const b = document.querySelector('.jp-OutputArea-output.jp-RenderedHTMLCommon b');"
+                     "return b && b.innerText")
+        assert rich == "rich 42", rich
+        prompts = wd.js("return [...document.querySelectorAll('.jp-InputPrompt, .jp-OutputPrompt')]"
+                        ".map(e => e.innerText.trim())")
+        assert "[1]:" in prompts and prompts.count("[1]:") == 2, prompts
         png = base64.b64decode(wd.s("/screenshot", method="GET"))
         w, h = check_png(png)
         shot = os.environ.get("CELLHOST_SCREENSHOT")
