@@ -268,6 +268,7 @@ mod tests {
                     display: 0,
                 },
             ],
+            value_display: None,
             truncated: Truncated::default(),
             tool_calls_made: 0,
             duration_seconds: 0.004,
