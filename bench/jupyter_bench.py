@@ -1,130 +1,152 @@
-"""Warm `x=1` round trips (issue 21): cellhost over the Jupyter WebSocket,
-cellhost over its own HTTP path, and Jupyter Kernel Gateway + ipykernel
-over the same WebSocket protocol, in one run. Prints medians and ratios.
+"""Jupyter peer figures: jupyter_client + ipykernel, the way a host drives them.
 
-    python bench/jupyter_bench.py CELLHOST_BIN KG_VENV_PYTHON [N]
+Run with the bench venv's interpreter (bench/.venv/bin/python). Prints one
+JSON object on stdout; everything else goes to stderr.
 
-CELLHOST_BIN: a built `cellhost`; KG_VENV_PYTHON: a Python with
-jupyter_kernel_gateway, ipykernel and websocket-client installed.
+Figures:
+  cold start   KernelManager.start_kernel() -> client.wait_for_ready(), and
+               on to the first `x=1` execute_reply (repeated --cold times)
+  idle RSS     VmRSS of the ipykernel process after its first cell
+  warm loop    per cell: execute request -> execute_reply on shell AND
+               status idle on iopub (so all output has arrived), for `x=1`
+               and `print(1)`, --n cells each after --warmup cells
+Times are in microseconds (loop) and milliseconds (cold start).
 """
-import http.client
+
+import argparse
 import json
-import os
-import socket
-import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
-import uuid
 
-import websocket
+from jupyter_client.manager import KernelManager
 
-BIN, N = sys.argv[1], int(sys.argv[3]) if len(sys.argv) > 3 else 200
-TOKEN = "bench-" + uuid.uuid4().hex
+TIMEOUT_S = 30.0
 
 
-def port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+def percentile(sorted_values, p):
+    """Nearest-rank percentile of an ascending list."""
+    if not sorted_values:
+        return None
+    rank = max(1, -(-len(sorted_values) * p // 100))  # ceil(n * p / 100)
+    return sorted_values[int(rank) - 1]
 
 
-def wait_http(url, headers):
-    for _ in range(600):
-        try:
-            urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=2).read()
-            return
-        except Exception:
-            time.sleep(0.1)
-    raise SystemExit("server did not come up: " + url)
+def summary(values):
+    values = sorted(values)
+    return {
+        "n": len(values),
+        "p50": percentile(values, 50),
+        "p95": percentile(values, 95),
+        "p99": percentile(values, 99),
+        "min": values[0],
+        "max": values[-1],
+        "mean": sum(values) / len(values),
+    }
 
 
-def ws_loop(base, headers, n):
-    req = urllib.request.Request(base + "/api/kernels", data=b'{"name": "python3"}', method="POST",
-                                 headers=dict(headers, **{"Content-Type": "application/json"}))
-    kid = json.loads(urllib.request.urlopen(req, timeout=60).read())["id"]
-    ws = websocket.create_connection(base.replace("http", "ws") + f"/api/kernels/{kid}/channels",
-                                     header=[f"{k}: {v}" for k, v in headers.items()], timeout=60)
-    sess = uuid.uuid4().hex
-
-    def once():
-        mid = uuid.uuid4().hex
-        ws.send(json.dumps({"header": {"msg_id": mid, "msg_type": "execute_request", "username": "b",
-                                       "session": sess, "date": "", "version": "5.3"},
-                            "parent_header": {}, "metadata": {}, "channel": "shell", "buffers": [],
-                            "content": {"code": "x=1", "silent": False, "store_history": True,
-                                        "user_expressions": {}, "allow_stdin": False}}))
-        reply = idle = False
-        while not (reply and idle):
-            m = json.loads(ws.recv())
-            if m["parent_header"].get("msg_id") != mid:
-                continue
-            reply = reply or m["msg_type"] == "execute_reply"
-            idle = idle or (m["msg_type"] == "status" and m["content"]["execution_state"] == "idle")
-
-    for _ in range(10):
-        once()
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        once()
-        times.append(time.perf_counter() - t)
-    ws.close()
-    return statistics.median(times)
+def vm_rss_kib(pid):
+    with open("/proc/%d/status" % pid) as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS for pid %d" % pid)
 
 
-def http_loop(host, prt, n):
-    c = http.client.HTTPConnection(host, prt)
-    body = json.dumps({"code": "x=1"})
-    h = {"Authorization": "Bearer " + TOKEN, "Content-Type": "application/json"}
+def execute(client, code):
+    """One round trip; returns the stdout the cell streamed on iopub."""
+    msg_id = client.execute(code, store_history=True, allow_stdin=False)
+    while True:
+        msg = client.get_shell_msg(timeout=TIMEOUT_S)
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_reply":
+            if msg["content"]["status"] != "ok":
+                raise RuntimeError("cell %r failed: %r" % (code, msg["content"]))
+            break
+    stdout = []
+    while True:
+        msg = client.get_iopub_msg(timeout=TIMEOUT_S)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind = msg["msg_type"]
+        if kind == "stream" and msg["content"]["name"] == "stdout":
+            stdout.append(msg["content"]["text"])
+        elif kind == "status" and msg["content"]["execution_state"] == "idle":
+            return "".join(stdout)
 
-    def once():
-        c.request("POST", "/v1/sessions/bench-http/execute", body, h)
-        r = c.getresponse()
-        r.read()
-        assert r.status == 200
 
-    for _ in range(10):
-        once()
-    times = []
-    for _ in range(n):
-        t = time.perf_counter()
-        once()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+def start():
+    """Start a kernel; returns (manager, client, ms to ready, ms to first reply)."""
+    t0 = time.perf_counter()
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    client.wait_for_ready(timeout=60)
+    ready_ms = (time.perf_counter() - t0) * 1e3
+    execute(client, "x=1")
+    first_ms = (time.perf_counter() - t0) * 1e3
+    return manager, client, ready_ms, first_ms
+
+
+def stop(manager, client):
+    client.stop_channels()
+    manager.shutdown_kernel(now=True)
+
+
+def timed_loop(client, code, count, expect_stdout):
+    samples = []
+    for _ in range(count):
+        t0 = time.perf_counter_ns()
+        out = execute(client, code)
+        samples.append((time.perf_counter_ns() - t0) / 1e3)
+        if out != expect_stdout:
+            raise RuntimeError("cell %r printed %r, expected %r" % (code, out, expect_stdout))
+    return samples
 
 
 def main():
-    data = tempfile.mkdtemp()
-    cp = port()
-    env = dict(os.environ, CELLHOST_TOKEN=TOKEN)
-    ch = subprocess.Popen([BIN, "serve", "--listen", f"127.0.0.1:{cp}", "--sandbox", "none",
-                           "--data-dir", data], env=env, stdout=subprocess.DEVNULL)
-    kp = port()
-    kg = subprocess.Popen([sys.argv[2], "-m", "kernel_gateway", f"--KernelGatewayApp.port={kp}",
-                           "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.auth_token={TOKEN}"],
-                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--n", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=50)
+    parser.add_argument("--cold", type=int, default=3)
+    args = parser.parse_args()
+
+    ready, first = [], []
+    for _ in range(max(1, args.cold) - 1):
+        manager, client, ready_ms, first_ms = start()
+        ready.append(ready_ms)
+        first.append(first_ms)
+        stop(manager, client)
+    manager, client, ready_ms, first_ms = start()  # this one stays for the loop
+    ready.append(ready_ms)
+    first.append(first_ms)
     try:
-        auth = {"Authorization": "token " + TOKEN}
-        wait_http(f"http://127.0.0.1:{cp}/api", auth)
-        wait_http(f"http://127.0.0.1:{kp}/api", auth)
-        ws_c = ws_loop(f"http://127.0.0.1:{cp}", auth, N)
-        http_c = http_loop("127.0.0.1", cp, N)
-        ws_k = ws_loop(f"http://127.0.0.1:{kp}", auth, N)
+        pid = manager.provisioner.process.pid
+        rss_kib = vm_rss_kib(pid)
+        timed_loop(client, "x=1", args.warmup, "")
+        timed_loop(client, "print(1)", args.warmup, "1\n")
+        x1 = timed_loop(client, "x=1", args.n, "")
+        pr = timed_loop(client, "print(1)", args.n, "1\n")
     finally:
-        ch.terminate()
-        kg.terminate()
-        ch.wait(30)
-        kg.wait(30)
-    print(f"warm x=1, median of {N}:")
-    print(f"  cellhost Jupyter WebSocket   {ws_c * 1e3:8.3f} ms")
-    print(f"  cellhost HTTP /v1 execute    {http_c * 1e3:8.3f} ms")
-    print(f"  Kernel Gateway + ipykernel   {ws_k * 1e3:8.3f} ms")
-    print(f"  Kernel Gateway / cellhost WS: {ws_k / ws_c:.1f}x   cellhost WS / HTTP: {ws_c / http_c:.2f}x")
+        stop(manager, client)
+
+    import ipykernel
+    import jupyter_client
+
+    json.dump(
+        {
+            "versions": {
+                "python": sys.version.split()[0],
+                "jupyter_client": jupyter_client.__version__,
+                "ipykernel": ipykernel.__version__,
+            },
+            "cold_start_ms": summary(ready),
+            "cold_first_reply_ms": summary(first),
+            "idle_rss_kib": rss_kib,
+            "cells_us": {"x=1": summary(x1), "print(1)": summary(pr)},
+        },
+        sys.stdout,
+    )
+    sys.stdout.write("\n")
 
 
 if __name__ == "__main__":

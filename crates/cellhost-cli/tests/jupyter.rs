@@ -1,8 +1,8 @@
 //! The Jupyter Kernel Gateway protocol (issue 21) against real clients
 //! nobody here wrote: Jupyter Server as a gateway client, nbclient running
 //! a notebook through Jupyter Server's gateway kernel manager, ag2's
-//! `JupyterCodeExecutor`, and a raw WebSocket client (`websocket-client`)
-//! for protocol edge cases. Each test starts a real `cellhost serve` and
+//! `JupyterCodeExecutor`, JupyterLab in headless Chromium, and a raw
+//! WebSocket client (`websocket-client`) for protocol edge cases. Each test starts a real `cellhost serve` and
 //! runs one check of `tests/jupyter/clients.py` with the `.venv-jupyter`
 //! interpreter (scripts/test creates it from scripts/jupyter-requirements.txt).
 
@@ -25,6 +25,20 @@ fn venv_python() -> PathBuf {
     path
 }
 
+/// The test venv's interpreter (pandas, matplotlib) for kernels that need it.
+fn test_venv_python() -> PathBuf {
+    let path = match std::env::var_os("CELLHOST_TEST_VENV_PYTHON") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.venv-test/bin/python"),
+    };
+    assert!(
+        path.exists(),
+        "the test venv is missing ({}); run scripts/test, which creates it",
+        path.display()
+    );
+    path
+}
+
 struct Daemon {
     child: Child,
     url: String,
@@ -32,7 +46,7 @@ struct Daemon {
 }
 
 impl Daemon {
-    fn start(token: Option<&str>) -> Daemon {
+    fn start(token: Option<&str>, python: Option<&Path>) -> Daemon {
         let data = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_cellhost"));
         cmd.args([
@@ -50,6 +64,9 @@ impl Daemon {
         .stderr(Stdio::inherit());
         if let Some(t) = token {
             cmd.env("CELLHOST_TOKEN", t);
+        }
+        if let Some(p) = python {
+            cmd.arg("--python").arg(p);
         }
         let mut child = cmd.spawn().unwrap();
         let mut out = BufReader::new(child.stdout.take().unwrap());
@@ -85,11 +102,17 @@ impl Drop for Daemon {
 
 /// Run `check` of clients.py against a fresh daemon; panics with its output.
 fn check(name: &str, token: Option<&str>) {
-    let daemon = Daemon::start(token);
+    check_with(name, token, None, &[]);
+}
+
+/// [`check`], the daemon's kernels on `python`, `env` for clients.py.
+fn check_with(name: &str, token: Option<&str>, python: Option<&Path>, env: &[(&str, &Path)]) {
+    let daemon = Daemon::start(token, python);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/jupyter/clients.py");
     let out = Command::new(venv_python())
         .arg(&script)
         .args([name, &daemon.url, token.unwrap_or("none")])
+        .envs(env.iter().copied())
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(Stdio::null())
         .output()
@@ -109,6 +132,13 @@ fn check(name: &str, token: Option<&str>) {
 #[test]
 fn a_raw_websocket_client_gets_the_jupyter_message_sequence() {
     check("raw_protocol", Some(TOKEN));
+}
+
+/// A DataFrame's HTML table and a custom class's `_repr_*_` forms come in
+/// the `execute_result`, as ipykernel sends them.
+#[test]
+fn a_values_rich_reprs_are_its_execute_result() {
+    check_with("rich_result", Some(TOKEN), Some(&test_venv_python()), &[]);
 }
 
 #[test]
@@ -137,6 +167,33 @@ fn jupyter_server_runs_cells_on_cellhost_as_its_gateway() {
 #[test]
 fn nbclient_executes_a_notebook_through_the_gateway() {
     check("nbclient", None);
+}
+
+/// With a token on cellhost, nbclient reaches it through a loopback
+/// Jupyter Server whose gateway client holds the token
+/// (`--GatewayClient.auth_token`).
+#[test]
+fn nbclient_through_jupyter_server_reaches_a_daemon_with_a_token() {
+    check("nbclient_token", Some(TOKEN));
+}
+
+/// `jupyter lab --gateway-url=cellhost` in headless Chromium (chromedriver,
+/// as tests/dashboard.rs): a notebook opened, its cell run with
+/// Shift+Enter, the output in the DOM, a screenshot checked as a PNG and
+/// kept under target/tmp/.
+#[test]
+fn jupyterlab_in_chromium_runs_a_notebook_cell_on_cellhost() {
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("jupyterlab.png");
+    let _ = std::fs::remove_file(&shot);
+    check_with(
+        "jupyterlab",
+        Some(TOKEN),
+        None,
+        &[("CELLHOST_SCREENSHOT", &shot)],
+    );
+    let png = std::fs::read(&shot).expect("the screenshot was saved");
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "a PNG screenshot");
+    eprintln!("JupyterLab screenshot: {}", shot.display());
 }
 
 #[test]

@@ -57,7 +57,7 @@ fn push(text: &mut String, e: CellEvent) {
     match e {
         CellEvent::Stdout(t) => text.push_str(&t),
         CellEvent::Stderr(t) => text.push_str(&t),
-        CellEvent::Display(items) => {
+        CellEvent::Display(items) | CellEvent::Value(items) => {
             for i in items {
                 text.push_str(&format!("[display {}]\n", i.mime));
             }

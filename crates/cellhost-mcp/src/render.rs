@@ -169,6 +169,7 @@ mod tests {
             traceback: None,
             hint: None,
             displays: vec![],
+            value_display: None,
             truncated: Truncated::default(),
             tool_calls_made: 0,
             duration_seconds: 0.01,

@@ -91,6 +91,10 @@ pub enum ExecuteEvent {
     Stderr(String),
     /// One display's items (they share one `display` index).
     Display(Vec<DisplayItem>),
+    /// The display of the cell's last value (its rich repr: a DataFrame's
+    /// HTML, a figure): sent as `display` with `"value": true`; the
+    /// result's `value_display` names its index.
+    Value(Vec<DisplayItem>),
     /// Live output of `stream` stopped after `after_bytes` bytes (the
     /// per-cell cap); the result has the stream's head and tail.
     StreamStopped {
@@ -113,6 +117,12 @@ struct Text {
 #[derive(Serialize, Deserialize)]
 struct Items {
     items: Vec<DisplayItem>,
+    #[serde(default, skip_serializing_if = "is_false")]
+    value: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Serialize, Deserialize)]
@@ -128,7 +138,7 @@ impl ExecuteEvent {
         match self {
             ExecuteEvent::Stdout(_) => "stdout",
             ExecuteEvent::Stderr(_) => "stderr",
-            ExecuteEvent::Display(_) => "display",
+            ExecuteEvent::Display(_) | ExecuteEvent::Value(_) => "display",
             ExecuteEvent::StreamStopped { .. } => "stream_stopped",
             ExecuteEvent::Result(_) => "result",
             ExecuteEvent::Error(_) => "error",
@@ -143,6 +153,11 @@ impl ExecuteEvent {
             }
             ExecuteEvent::Display(items) => serde_json::to_string(&Items {
                 items: items.clone(),
+                value: false,
+            }),
+            ExecuteEvent::Value(items) => serde_json::to_string(&Items {
+                items: items.clone(),
+                value: true,
             }),
             ExecuteEvent::StreamStopped {
                 stream,
@@ -169,7 +184,14 @@ impl ExecuteEvent {
         Ok(Some(match name {
             "stdout" => ExecuteEvent::Stdout(serde_json::from_str::<Text>(data)?.text),
             "stderr" => ExecuteEvent::Stderr(serde_json::from_str::<Text>(data)?.text),
-            "display" => ExecuteEvent::Display(serde_json::from_str::<Items>(data)?.items),
+            "display" => {
+                let d: Items = serde_json::from_str(data)?;
+                if d.value {
+                    ExecuteEvent::Value(d.items)
+                } else {
+                    ExecuteEvent::Display(d.items)
+                }
+            }
             "stream_stopped" => {
                 let s: Stopped = serde_json::from_str(data)?;
                 ExecuteEvent::StreamStopped {
@@ -201,6 +223,11 @@ mod tests {
             mime: "text/plain".into(),
             data: "<Figure>".into(),
             display: 0,
+        }]));
+        round_trip(ExecuteEvent::Value(vec![DisplayItem {
+            mime: "text/html".into(),
+            data: "<table></table>".into(),
+            display: 1,
         }]));
         round_trip(ExecuteEvent::StreamStopped {
             stream: OutputStream::Stderr,

@@ -211,6 +211,12 @@ pub struct CellResult {
     /// Rich output (`display()`, plots), in arrival order.
     #[serde(default)]
     pub displays: Vec<DisplayItem>,
+    /// The `display` index of the last value's rich repr (its HTML table,
+    /// PNG, ...: the bundle IPython's display formatter would make, with
+    /// the value's `text/plain`), when the value has one. Absent for plain
+    /// values, and when that display was dropped for a size cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_display: Option<u32>,
     /// What was cut.
     #[serde(default)]
     pub truncated: Truncated,
@@ -296,6 +302,7 @@ mod tests {
                     display: 0,
                 },
             ],
+            value_display: None,
             truncated: Truncated::default(),
             tool_calls_made: 0,
             duration_seconds: 0.004,

@@ -454,6 +454,8 @@ fn event_of(e: CellEvent) -> Option<Event> {
         CellEvent::Stdout(text) => ExecuteEvent::Stdout(text),
         CellEvent::Stderr(text) => ExecuteEvent::Stderr(text),
         CellEvent::Display(items) => ExecuteEvent::Display(items),
+        // The last value's rich repr: a display like the others, marked.
+        CellEvent::Value(items) => ExecuteEvent::Value(items),
         CellEvent::StreamStopped {
             stream,
             after_bytes,

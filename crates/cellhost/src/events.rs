@@ -308,6 +308,15 @@ impl EventBus {
                     });
                 }
             }
+            // The last value's rich repr: a display, marked as the value's.
+            CellEvent::Value(items) => {
+                for item in items {
+                    self.publish(owner, "display", || {
+                        json!({ "execution_count": execution_count, "display": item, "value": true })
+                            .to_string()
+                    });
+                }
+            }
             // Watchers saw the stop line itself as output; the fact is in
             // the result that `cell_finished` carries.
             CellEvent::StreamStopped { .. } => {}

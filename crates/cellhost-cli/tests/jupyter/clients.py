@@ -162,6 +162,79 @@ def check_raw_protocol():
     print("raw protocol ok")
 
 
+RICH_CLASS = r"""
+class Rich:
+    def _repr_html_(self): return "<b>rich</b>"
+    def _repr_markdown_(self): return "**rich**"
+    def _repr_latex_(self): return "$x^2$"
+    def _repr_json_(self): return {"rich": [1, 2]}
+    def _repr_svg_(self): return "<svg xmlns='http://www.w3.org/2000/svg'/>"
+    def _repr_png_(self): return b"\x89PNG\r\n\x1a\nfake"
+    def __repr__(self): return "Rich()"
+
+class Bundle:
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return {"text/html": "<i>bundle</i>", "application/vnd.test+json": {"k": 1}}
+    def __repr__(self): return "Bundle()"
+"""
+
+
+def v1_execute(session, code):
+    req = urllib.request.Request(URL + f"/v1/sessions/{session}/execute",
+                                 data=json.dumps({"code": code}).encode(), method="POST")
+    req.add_header("Authorization", "Bearer " + TOKEN)
+    req.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+
+
+def check_rich_result():
+    """A value's rich reprs travel in its execute_result, as IPython's display
+    formatter puts them there, and are not sent twice as display_data."""
+    import base64
+    k = new_kernel()
+    a = Raw(k)
+    got, reply = a.execute("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})")
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert "display_data" not in types(got), types(got)
+    res = [m for m in got if m["msg_type"] == "execute_result"]
+    assert len(res) == 1, types(got)
+    data = res[0]["content"]["data"]
+    assert "<table" in data.get("text/html", "") and "dataframe" in data["text/html"], data
+    assert "a  b" in data["text/plain"] and "x" in data["text/plain"], data
+    assert res[0]["content"]["execution_count"] == 1, res[0]["content"]
+
+    got, reply = a.execute(RICH_CLASS + "\nRich()")
+    assert "display_data" not in types(got), types(got)
+    data = [m for m in got if m["msg_type"] == "execute_result"][0]["content"]["data"]
+    assert data["text/plain"] == "Rich()", data
+    assert data["text/html"] == "<b>rich</b>" and data["text/markdown"] == "**rich**", data
+    assert data["text/latex"] == "$x^2$", data
+    assert data["application/json"] == {"rich": [1, 2]}, data
+    assert data["image/svg+xml"].startswith("<svg"), data
+    assert base64.b64decode(data["image/png"]) == b"\x89PNG\r\n\x1a\nfake", data
+    got, reply = a.execute("Bundle()")
+    data = [m for m in got if m["msg_type"] == "execute_result"][0]["content"]["data"]
+    assert data == {"text/html": "<i>bundle</i>", "application/vnd.test+json": {"k": 1},
+                    "text/plain": "Bundle()"}, data
+    # display() stays display_data; a plain value stays text/plain only.
+    got, reply = a.execute("display(Rich())\n7")
+    disp = [m for m in got if m["msg_type"] == "display_data"]
+    assert len(disp) == 1 and disp[0]["content"]["data"]["text/html"] == "<b>rich</b>", types(got)
+    data = [m for m in got if m["msg_type"] == "execute_result"][0]["content"]["data"]
+    assert data == {"text/plain": "7"}, data
+    # cellhost's own result: `value` stays the repr; `value_display` names
+    # the display that is the value's bundle.
+    r = v1_execute(k, "Rich()")
+    assert r["value"] == "Rich()", r
+    vd = r["value_display"]
+    items = {d["mime"]: d["data"] for d in r["displays"] if d["display"] == vd}
+    assert items["text/html"] == "<b>rich</b>", r
+    r = v1_execute(k, "display(Rich())\n8")
+    assert "value_display" not in r and r["displays"], r
+    print("rich result ok")
+
+
 def check_two_sockets_and_malformed():
     k = new_kernel()
     a, b = Raw(k), Raw(k)
@@ -267,19 +340,43 @@ def free_port():
 
 
 class JupyterServer:
-    def __init__(self):
+    """`jupyter server --gateway-url=cellhost`. own_token: its own (None: a
+    random one); env_token: cellhost's token as JUPYTER_GATEWAY_AUTH_TOKEN,
+    else as --GatewayClient.auth_token."""
+
+    def __init__(self, own_token=None, env_token=True, cmd=None, extra=(), files=None):
         self.port = free_port()
-        self.token = uuid.uuid4().hex
+        self.token = uuid.uuid4().hex if own_token is None else own_token
         self.dir = tempfile.mkdtemp()
-        env = dict(os.environ, JUPYTER_GATEWAY_AUTH_TOKEN=TOKEN, JUPYTER_CONFIG_DIR=self.dir,
+        # Extensions these tests do not use (jupyter_lsp scans for language
+        # servers at start) stay off.
+        with open(os.path.join(self.dir, "jupyter_server_config.json"), "w") as f:
+            json.dump({"ServerApp": {"jpserver_extensions": {
+                "jupyter_lsp": False, "jupyter_server_terminals": False}}}, f)
+        for name, text in (files or {}).items():
+            with open(os.path.join(self.dir, name), "w") as f:
+                f.write(text)
+        env = dict(os.environ, JUPYTER_CONFIG_DIR=self.dir, JUPYTERLAB_SETTINGS_DIR=self.dir,
+                   JUPYTERLAB_WORKSPACES_DIR=self.dir,
                    JUPYTER_DATA_DIR=self.dir, JUPYTER_RUNTIME_DIR=self.dir)
+        env.pop("JUPYTER_GATEWAY_AUTH_TOKEN", None)
+        env.pop("JUPYTER_GATEWAY_URL", None)
+        # A tokenless relay takes API calls without a browser's XSRF cookie.
+        args = ["--ServerApp.disable_check_xsrf=True"] if self.token == "" else []
+        if env_token:
+            env["JUPYTER_GATEWAY_AUTH_TOKEN"] = TOKEN
+        else:
+            args.append(f"--GatewayClient.auth_token={TOKEN}")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_server", "--no-browser", "--allow-root", f"--port={self.port}",
+            (cmd or [sys.executable, "-m", "jupyter_server"]) + ["--no-browser", "--allow-root", f"--port={self.port}",
              "--ip=127.0.0.1", f"--IdentityProvider.token={self.token}",
-             f"--gateway-url={URL}", f"--ServerApp.root_dir={self.dir}"],
+             f"--gateway-url={URL}", f"--ServerApp.root_dir={self.dir}"] + args + list(extra),
             env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "log"), "w"))
         self.base = f"http://127.0.0.1:{self.port}"
-        for _ in range(300):
+        # Generous: with jupyterlab installed every server loads its
+        # extensions, and the test machine may be busy.
+        end = time.time() + 120
+        while time.time() < end and self.proc.poll() is None:
             try:
                 http("GET", "/api/status", base=self.base, token=self.token)
                 return
@@ -334,9 +431,13 @@ def check_jupyter_server():
     print("jupyter server ok")
 
 
-def check_nbclient():
-    os.environ["JUPYTER_GATEWAY_URL"] = URL
-    os.environ["JUPYTER_GATEWAY_AUTH_TOKEN"] = TOKEN
+def run_notebook(gateway_url, gateway_token):
+    """A notebook through Jupyter Server's gateway kernel manager (what
+    nbclient/papermill use with --gateway-url), outputs checked."""
+    os.environ["JUPYTER_GATEWAY_URL"] = gateway_url
+    os.environ.pop("JUPYTER_GATEWAY_AUTH_TOKEN", None)
+    if gateway_token:
+        os.environ["JUPYTER_GATEWAY_AUTH_TOKEN"] = gateway_token
     import nbformat
     from nbclient import NotebookClient
     from jupyter_server.gateway.gateway_client import GatewayClient
@@ -348,16 +449,19 @@ def check_nbclient():
         nbformat.v4.new_code_cell("a = 20\nprint('hello')"),
         nbformat.v4.new_code_cell("a + 22"),
         nbformat.v4.new_code_cell("display({'text/html': '<i>h</i>', 'text/plain': 'h'}, raw=True)"),
+        nbformat.v4.new_code_cell("class T:\n    def _repr_html_(self): return '<table>t</table>'\nT()"),
     ]
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     km = GatewayKernelManager()
     client = NotebookClient(nb, km=km, timeout=60, kernel_name="python3")
     client.execute()
-    c0, c1, c2 = nb.cells
+    c0, c1, c2, c3 = nb.cells
     assert c0.outputs[0]["name"] == "stdout" and c0.outputs[0]["text"] == "hello\n", c0.outputs
     assert c1.outputs[0]["output_type"] == "execute_result", c1.outputs
     assert c1.outputs[0]["data"]["text/plain"] == "42" and c1.execution_count == 2, c1
     assert c2.outputs[0]["output_type"] == "display_data" and c2.outputs[0]["data"]["text/html"] == "<i>h</i>"
+    assert [o["output_type"] for o in c3.outputs] == ["execute_result"], c3.outputs
+    assert c3.outputs[0]["data"]["text/html"] == "<table>t</table>", c3.outputs
     # A failing cell raises in nbclient, with cellhost's error.
     nb2 = nbformat.v4.new_notebook()
     nb2.cells = [nbformat.v4.new_code_cell("raise ValueError('nope')")]
@@ -366,7 +470,179 @@ def check_nbclient():
         raise AssertionError("the error cell raises")
     except Exception as e:
         assert "ValueError" in str(e) and "nope" in str(e), e
+
+
+def check_nbclient():
+    run_notebook(URL, TOKEN if TOKEN != "none" else None)
     print("nbclient ok")
+
+
+def check_nbclient_token():
+    """cellhost has a token. jupyter_server's GatewayKernelClient opens its
+    WebSocket without headers, so nbclient goes through a loopback Jupyter
+    Server (no token of its own) whose gateway client holds cellhost's token
+    (--GatewayClient.auth_token): REST and the WebSocket relay carry it."""
+    js = JupyterServer(own_token="", env_token=False)
+    try:
+        run_notebook(js.base, None)
+        # The kernels lived on cellhost, under its token.
+        st, kernels = http("GET", "/api/kernels")
+        assert st == 200
+    finally:
+        js.stop()
+    log = open(os.path.join(js.dir, "log")).read()
+    import re
+    # No request the relay made to cellhost was refused (Tornado logs a
+    # refused one as `... 401 GET ...` or `HTTP 401`).
+    assert not re.search(r"\b401 (GET|POST|DELETE|PATCH)\b|HTTP 401", log), log
+    print("nbclient token ok")
+
+
+# ---- JupyterLab in headless Chromium (WebDriver, as tests/dashboard.rs) ---------
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+class WebDriver:
+    def __init__(self):
+        for path, pkg in ((CHROMIUM, "chromium"), (CHROMEDRIVER, "chromium-driver")):
+            assert os.path.exists(path), f"{path} is missing: apt-get install -y {pkg} (scripts/test does)"
+        self.port = free_port()
+        self.profile = tempfile.mkdtemp()
+        # Its own process group: chromedriver and the browser die together.
+        self.proc = subprocess.Popen([CHROMEDRIVER, f"--port={self.port}"], stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        self.base = f"http://127.0.0.1:{self.port}"
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        caps = {"capabilities": {"alwaysMatch": {"browserName": "chrome", "goog:chromeOptions": {
+            "binary": CHROMIUM,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1280,900", f"--user-data-dir={self.profile}"]}}}}
+        self.session = self.call("POST", "/session", caps)["sessionId"]
+
+    def call(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return json.loads(r.read())["value"]
+        except urllib.error.HTTPError as e:
+            raise AssertionError(f"webdriver {path}: {e.read()[:500]!r}")
+
+    def s(self, path, body=None, method="POST"):
+        return self.call(method, f"/session/{self.session}{path}", body)
+
+    def js(self, script):
+        return self.s("/execute/sync", {"script": script, "args": []})
+
+    def wait(self, what, script, timeout=60):
+        end = time.time() + timeout
+        while True:
+            got = self.js(script)
+            if got:
+                return got
+            if time.time() > end:
+                text = self.js("return document.body ? document.body.innerText : ''")
+                raise AssertionError(f"the page never showed {what}:\n{text[:3000]}")
+            time.sleep(0.2)
+
+    def stop(self):
+        try:
+            self.s("", method="DELETE")
+        except Exception:
+            pass
+        os.killpg(self.proc.pid, 9)
+        self.proc.wait(10)
+
+
+def check_png(data):
+    """A real PNG: signature, IHDR first with a sane size, every chunk's CRC
+    right, IDAT data that inflates, IEND last."""
+    import struct
+    import zlib
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+    i, chunks, idat = 8, [], b""
+    while i < len(data):
+        n, = struct.unpack(">I", data[i:i + 4])
+        kind, body = data[i + 4:i + 8], data[i + 8:i + 8 + n]
+        crc, = struct.unpack(">I", data[i + 8 + n:i + 12 + n])
+        assert zlib.crc32(kind + body) & 0xffffffff == crc, kind
+        chunks.append(kind)
+        if kind == b"IDAT":
+            idat += body
+        i += 12 + n
+    assert chunks[0] == b"IHDR" and chunks[-1] == b"IEND", chunks
+    w, h = struct.unpack(">II", data[16:24])
+    assert w >= 640 and h >= 480, (w, h)
+    assert len(zlib.decompress(idat)) > w * h, "IDAT inflates to the image"
+    return w, h
+
+
+def check_jupyterlab():
+    """`jupyter lab --gateway-url=cellhost` in headless Chromium: open a
+    notebook, run its cell with Shift+Enter, see the output; screenshot."""
+    import base64
+    marker = "hello from jupyterlab on cellhost"
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": "c1", "metadata": {},
+                     "outputs": [], "source": f"print({marker!r})\nclass T:\n"
+                     "    def _repr_html_(self): return '<b>rich 42</b>'\n"
+                     "    def __repr__(self): return 'T()'\nT()"}],
+          "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3 (cellhost)",
+                                      "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    lab = JupyterServer(cmd=[os.path.join(os.path.dirname(sys.executable), "jupyter-lab")], files={"t.ipynb": json.dumps(nb)},
+                        extra=["--LabApp.news_url=", "--LabApp.check_for_updates_class="
+                               "jupyterlab.NeverCheckForUpdate"])
+    wd = None
+    try:
+        wd = WebDriver()
+        wd.s("/url", {"url": f"{lab.base}/lab/tree/t.ipynb?token={lab.token}"})
+        # The notebook is open and its kernel (on cellhost) idle.
+        wd.wait("the notebook with an idle kernel",
+                "return !!document.querySelector('.jp-Notebook .jp-Cell .cm-content') && "
+                "document.body.innerText.includes('Idle')", timeout=90)
+        editor = wd.s("/element", {"using": "css selector", "value": ".jp-Notebook .jp-Cell .cm-content"})
+        eid = list(editor.values())[0]
+        wd.s(f"/element/{eid}/click", {})
+        wd.s("/actions", {"actions": [{"type": "key", "id": "kb", "actions": [
+            {"type": "keyDown", "value": "\ue008"}, {"type": "keyDown", "value": "\ue007"},
+            {"type": "keyUp", "value": "\ue007"}, {"type": "keyUp", "value": "\ue008"}]}]})
+        out = wd.wait("the cell's output",
+                      "const o = [...document.querySelectorAll('.jp-OutputArea-output')]"
+                      ".map(e => e.innerText); return o.join('').includes('rich 42') && o", timeout=60)
+        # The print, then the value as ipykernel sends it: one execute_result,
+        # rendered from its text/html (no second display of the same value).
+        assert len(out) == 2 and marker in out[0] and "T()" not in "".join(out), out
+        rich = wd.js("const b = document.querySelector('.jp-OutputArea-output.jp-RenderedHTMLCommon b');"
+                     "return b && b.innerText")
+        assert rich == "rich 42", rich
+        prompts = wd.js("return [...document.querySelectorAll('.jp-InputPrompt, .jp-OutputPrompt')]"
+                        ".map(e => e.innerText.trim())")
+        assert "[1]:" in prompts and prompts.count("[1]:") == 2, prompts
+        png = base64.b64decode(wd.s("/screenshot", method="GET"))
+        w, h = check_png(png)
+        shot = os.environ.get("CELLHOST_SCREENSHOT")
+        if shot:
+            with open(shot, "wb") as f:
+                f.write(png)
+        # The kernel the page used is a cellhost session: the cell is in its history.
+        kernels = http("GET", "/api/kernels")[1]
+        assert kernels, kernels
+        req = urllib.request.Request(URL + f"/v1/sessions/{kernels[0]['id']}/history")
+        req.add_header("Authorization", "Bearer " + TOKEN)
+        hist = urllib.request.urlopen(req, timeout=30).read().decode()
+        assert marker in hist, hist[:2000]
+    finally:
+        if wd is not None:
+            wd.stop()
+        lab.stop()
+    print(f"jupyterlab ok (screenshot {w}x{h})")
 
 
 def check_ag2():

@@ -17,11 +17,12 @@ use axum::extract::rejection::PathRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use futures_util::SinkExt;
 use serde_json::json;
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use super::messages::{self, Incoming, Outgoing};
-use super::{Hub, Jupyter, ShellJob};
+use super::{Broadcast, Hub, Jupyter, ShellJob};
 use crate::ApiError;
 
 /// Largest frame a client may send (a cell's code and its envelope).
@@ -135,33 +136,60 @@ async fn run(mut socket: WebSocket, j: Jupyter, hub: Arc<Hub>) {
                     }
                 }
             }
-            b = out.recv() => match b {
-                Ok(b) => {
-                    if b.target.is_none_or(|t| t == me)
-                        && socket.send(Message::Text((&*b.text).into())).await.is_err()
-                    {
+            b = out.recv() => {
+                // Write this broadcast and whatever else is already queued,
+                // then flush once: one write for a reply and its idle.
+                let mut next = Some(b);
+                let mut ok = true;
+                while let Some(b) = next.take() {
+                    ok = match b {
+                        Ok(b) => feed(&mut socket, me, &b).await,
+                        Err(RecvError::Lagged(n)) => {
+                            let m = messages::stream(
+                                "stderr",
+                                &format!("cellhost: this client fell behind and missed {n} messages\n"),
+                                &shared.session,
+                                None,
+                            );
+                            socket.feed(Message::Text(m.to_text().into())).await.is_ok()
+                        }
+                        Err(RecvError::Closed) => false,
+                    };
+                    if !ok {
                         break;
                     }
+                    next = match out.try_recv() {
+                        Ok(b) => Some(Ok(b)),
+                        Err(TryRecvError::Lagged(n)) => Some(Err(RecvError::Lagged(n))),
+                        Err(TryRecvError::Closed) => Some(Err(RecvError::Closed)),
+                        Err(TryRecvError::Empty) => None,
+                    };
                 }
-                Err(RecvError::Lagged(n)) => {
-                    let m = messages::stream(
-                        "stderr",
-                        &format!("cellhost: this client fell behind and missed {n} messages\n"),
-                        &shared.session,
-                        None,
-                    );
-                    if socket.send(Message::Text(m.to_text().into())).await.is_err() {
-                        break;
-                    }
+                if !ok || socket.flush().await.is_err() {
+                    break;
                 }
-                Err(RecvError::Closed) => break,
-            },
+            }
             _ = closed.changed() => {
                 let _ = socket.send(Message::Close(None)).await;
                 break;
             }
         }
     }
+}
+
+/// Queue this socket's messages of `b` on it (sent at the next flush).
+async fn feed(socket: &mut WebSocket, me: u64, b: &Broadcast) -> bool {
+    for (target, text) in b.msgs.iter() {
+        if target.is_none_or(|t| t == me)
+            && socket
+                .feed(Message::Text(text.as_str().into()))
+                .await
+                .is_err()
+        {
+            return false;
+        }
+    }
+    true
 }
 
 /// Route one client message.
@@ -180,9 +208,11 @@ async fn handle(j: &Jupyter, hub: &Arc<Hub>, me: u64, msg: Incoming) {
             }
         }
         "kernel_info_request" => {
-            s.send(None, &messages::status("busy", &session, Some(&msg)));
-            s.send(target, &messages::reply(&msg, &session, kernel_info()));
-            s.send(None, &messages::status("idle", &session, Some(&msg)));
+            s.send_all(&[
+                (None, &messages::status("busy", &session, Some(&msg))),
+                (target, &messages::reply(&msg, &session, kernel_info())),
+                (None, &messages::status("idle", &session, Some(&msg))),
+            ]);
         }
         "interrupt_request" => {
             j.app.manager.interrupt(&s.id).await;

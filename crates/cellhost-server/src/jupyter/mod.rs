@@ -112,12 +112,13 @@ impl Jupyter {
     }
 }
 
-/// One message for the sockets of a kernel: every socket's (iopub), or
-/// one socket's (a reply).
+/// Messages for the sockets of a kernel, in order, each for every socket
+/// (iopub, `None`) or one (a reply). Messages made together (a reply and
+/// the `status: idle` after it) travel as one broadcast, so a socket wakes
+/// once for them and writes them with one flush.
 #[derive(Debug, Clone)]
 pub(crate) struct Broadcast {
-    pub target: Option<u64>,
-    pub text: Arc<str>,
+    pub msgs: Arc<[(Option<u64>, String)]>,
 }
 
 /// A request for the kernel's shell worker.
@@ -181,10 +182,17 @@ impl Hub {
 impl HubShared {
     /// Send `msg` to every socket (`target: None`) or to one.
     pub(crate) fn send(&self, target: Option<u64>, msg: &messages::Outgoing) {
-        let _ = self.out.send(Broadcast {
-            target,
-            text: msg.to_text().into(),
-        });
+        self.send_all(&[(target, msg)]);
+    }
+
+    /// Send several messages as one broadcast (see [`Broadcast`]).
+    pub(crate) fn send_all(&self, msgs: &[(Option<u64>, &messages::Outgoing)]) {
+        if msgs.is_empty() {
+            return;
+        }
+        let msgs: Vec<(Option<u64>, String)> =
+            msgs.iter().map(|(t, m)| (*t, m.to_text())).collect();
+        let _ = self.out.send(Broadcast { msgs: msgs.into() });
     }
 
     pub(crate) fn touch(&self) {

@@ -371,8 +371,10 @@ pub(crate) async fn restart(
     }
     let hub = j.hub_or_new(&key, SPEC_NAME);
     let s = &hub.shared;
-    s.send(None, &messages::status("restarting", &s.session, None));
-    s.send(None, &messages::status("idle", &s.session, None));
+    s.send_all(&[
+        (None, &messages::status("restarting", &s.session, None)),
+        (None, &messages::status("idle", &s.session, None)),
+    ]);
     Ok(Json(
         j.model(&scope, &key).unwrap_or_else(|| json!({ "id": id })),
     ))

@@ -38,22 +38,35 @@ pub(crate) async fn worker(
         }
         hub.busy.store(true, Ordering::SeqCst);
         hub.touch();
-        hub.send(None, &messages::status("busy", &session, Some(msg)));
+        // Sent in two broadcasts: `busy` (with `execute_input`) before the
+        // work, the answer with `idle` after it.
+        let mut out: Out = vec![(None, messages::status("busy", &session, Some(msg)))];
         match msg.msg_type() {
-            "execute_request" => execute(&app, &hub, job.socket, msg).await,
+            "execute_request" => execute(&app, &hub, job.socket, msg, &mut out).await,
             "history_request" => {
                 let content = json!({"status": "ok", "history": []});
-                hub.send(me, &messages::reply(msg, &session, content));
+                out.push((me, messages::reply(msg, &session, content)));
             }
             _ => {
+                flush(&hub, &mut out);
                 let content = super::introspect::answer(&app, &hub, msg).await;
-                hub.send(me, &messages::reply(msg, &session, content));
+                out.push((me, messages::reply(msg, &session, content)));
             }
         }
         hub.touch();
         hub.busy.store(false, Ordering::SeqCst);
-        hub.send(None, &messages::status("idle", &session, Some(msg)));
+        out.push((None, messages::status("idle", &session, Some(msg))));
+        flush(&hub, &mut out);
     }
+}
+
+/// Messages made together, sent as one broadcast by [`flush`].
+type Out = Vec<(Option<u64>, Outgoing)>;
+
+fn flush(hub: &HubShared, out: &mut Out) {
+    let refs: Vec<(Option<u64>, &Outgoing)> = out.iter().map(|(t, m)| (*t, m)).collect();
+    hub.send_all(&refs);
+    out.clear();
 }
 
 /// The execution count the next cell of kernel `id` will likely get.
@@ -65,17 +78,16 @@ fn next_count(app: &AppState, hub: &HubShared) -> u64 {
         .map_or(1, |k| hub.jupyter_count(&k.id, k.execution_count + 1))
 }
 
-async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming) {
+async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming, out: &mut Out) {
     let session = &hub.session;
-    let me = Some(socket);
     let code = msg.str_field("code").unwrap_or("").to_owned();
     let silent = msg.bool_field("silent").unwrap_or(false);
     if !silent {
         let input = json!({"code": code, "execution_count": next_count(app, hub)});
-        hub.send(
+        out.push((
             None,
-            &Outgoing::new("iopub", "execute_input", session, Some(msg), input),
-        );
+            Outgoing::new("iopub", "execute_input", session, Some(msg), input),
+        ));
     }
     let req = ExecuteRequest::new(code);
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -90,14 +102,20 @@ async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming) {
         ) {
             Ok(rx) => rx,
             // Past the queue bounds (429) or shutting down: an error reply.
-            Err(e) => return failed(hub, socket, msg, &e),
+            Err(e) => return failed(out, hub, socket, msg, &e),
         };
-    let forward = |e: CellEvent| {
-        if !silent {
-            if let Some(out) = event_message(e, session, msg) {
-                hub.send(None, &out);
+    flush(hub, out);
+    // The last value's rich repr, sent as the `execute_result` (not as a
+    // `display_data`), as IPython's display formatter does.
+    let mut value: Option<Vec<DisplayItem>> = None;
+    let mut forward = |e: CellEvent| match e {
+        CellEvent::Value(items) => value = Some(items),
+        e if !silent => {
+            if let Some(m) = event_message(e, session, msg) {
+                hub.send(None, &m);
             }
         }
+        _ => {}
     };
     let result = loop {
         tokio::select! {
@@ -115,9 +133,10 @@ async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming) {
         }
     };
     match result {
-        Ok(Ok(r)) => finished(hub, socket, msg, silent, &r.result),
-        Ok(Err(e)) => failed(hub, socket, msg, &e),
+        Ok(Ok(r)) => finished(out, hub, socket, msg, silent, &r.result, value.as_deref()),
+        Ok(Err(e)) => failed(out, hub, socket, msg, &e),
         Err(_) => failed(
+            out,
             hub,
             socket,
             msg,
@@ -128,7 +147,6 @@ async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming) {
             ),
         ),
     }
-    let _ = me;
 }
 
 /// The iopub message of a live event.
@@ -184,13 +202,23 @@ fn state_note(hub: &HubShared, r: &CellResult) -> Option<String> {
     }
 }
 
-fn finished(hub: &HubShared, socket: u64, msg: &Incoming, silent: bool, r: &CellResult) {
+/// `value`: the last value's rich bundle (a [`CellEvent::Value`]), if
+/// it has one; else the `execute_result` is its `text/plain` repr.
+fn finished(
+    out: &mut Out,
+    hub: &HubShared,
+    socket: u64,
+    msg: &Incoming,
+    silent: bool,
+    r: &CellResult,
+    value: Option<&[DisplayItem]>,
+) {
     let session = &hub.session;
     let count = hub.jupyter_count(&r.kernel.id, r.kernel.execution_count);
     let note = state_note(hub, r);
     if let Some(n) = &note {
         let text = format!("cellhost: {n}\n");
-        hub.send(None, &messages::stream("stderr", &text, session, Some(msg)));
+        out.push((None, messages::stream("stderr", &text, session, Some(msg))));
     }
     let mut metadata = json!({
         "status": if r.is_success() { "ok" } else { "error" },
@@ -206,15 +234,19 @@ fn finished(hub: &HubShared, socket: u64, msg: &Incoming, silent: bool, r: &Cell
         metadata["cellhost"]["state_note"] = json!(n);
     }
     if let (Some(v), false) = (&r.value, silent) {
+        let mut data = value.map_or_else(|| json!({}), bundle);
+        if data.get("text/plain").is_none() {
+            data["text/plain"] = json!(v);
+        }
         let content = json!({
             "execution_count": count,
-            "data": {"text/plain": v},
+            "data": data,
             "metadata": {},
         });
-        hub.send(
+        out.push((
             None,
-            &Outgoing::new("iopub", "execute_result", session, Some(msg), content),
-        );
+            Outgoing::new("iopub", "execute_result", session, Some(msg), content),
+        ));
     }
     let mut content = json!({
         "status": "ok",
@@ -243,14 +275,14 @@ fn finished(hub: &HubShared, socket: u64, msg: &Incoming, silent: bool, r: &Cell
         if ename == "EOFError" && evalue.contains("reading a line") {
             let hint = "cellhost: input() cannot read here: a cellhost kernel's stdin is \
                         closed (allow_stdin is not supported); put the value in the code.\n";
-            hub.send(None, &messages::stream("stderr", hint, session, Some(msg)));
+            out.push((None, messages::stream("stderr", hint, session, Some(msg))));
         }
         let err = json!({"ename": ename, "evalue": evalue, "traceback": traceback});
         if !silent {
-            hub.send(
+            out.push((
                 None,
-                &Outgoing::new("iopub", "error", session, Some(msg), err.clone()),
-            );
+                Outgoing::new("iopub", "error", session, Some(msg), err.clone()),
+            ));
         }
         content = json!({
             "status": "error",
@@ -262,24 +294,24 @@ fn finished(hub: &HubShared, socket: u64, msg: &Incoming, silent: bool, r: &Cell
             "payload": [],
         });
     }
-    hub.send(
+    out.push((
         Some(socket),
-        &messages::reply(msg, session, content).with_metadata(metadata),
-    );
+        messages::reply(msg, session, content).with_metadata(metadata),
+    ));
 }
 
 /// The cell never ran (no kernel could start, shutting down, ...).
-fn failed(hub: &HubShared, socket: u64, msg: &Incoming, e: &ApiError) {
+fn failed(out: &mut Out, hub: &HubShared, socket: u64, msg: &Incoming, e: &ApiError) {
     let session = &hub.session;
     let err = json!({
         "ename": "CellhostError",
         "evalue": e.message,
         "traceback": [format!("CellhostError: {}", e.message)],
     });
-    hub.send(
+    out.push((
         None,
-        &Outgoing::new("iopub", "error", session, Some(msg), err.clone()),
-    );
+        Outgoing::new("iopub", "error", session, Some(msg), err.clone()),
+    ));
     let content = json!({
         "status": "error",
         "execution_count": 0,
@@ -291,8 +323,8 @@ fn failed(hub: &HubShared, socket: u64, msg: &Incoming, e: &ApiError) {
     });
     let metadata =
         json!({"status": "error", "cellhost": {"error": {"code": e.code, "message": e.message}}});
-    hub.send(
+    out.push((
         Some(socket),
-        &messages::reply(msg, session, content).with_metadata(metadata),
-    );
+        messages::reply(msg, session, content).with_metadata(metadata),
+    ));
 }

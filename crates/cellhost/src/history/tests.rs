@@ -11,6 +11,7 @@ fn result(stdout: &str) -> CellResult {
         traceback: None,
         hint: None,
         displays: vec![],
+        value_display: None,
         truncated: Truncated::default(),
         tool_calls_made: 1,
         duration_seconds: 0.01,

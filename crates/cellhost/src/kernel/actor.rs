@@ -523,6 +523,7 @@ impl Actor {
             Some((host, inside)) => finish::spill_to_workspace(host, inside, n, full_out, full_err),
             None => finish::write_spill(&self.opts.spill_dir, &info, full_out, full_err),
         };
+        let value_display = self.streams.displays.value_display();
         let (displays, displays_dropped, displays_note) = self.streams.displays.finish();
         CellResult {
             status: report.status,
@@ -533,6 +534,7 @@ impl Actor {
             traceback,
             hint,
             displays,
+            value_display,
             truncated: Truncated {
                 stdout: out.truncated,
                 stderr: err.truncated,

@@ -76,6 +76,13 @@ pub enum CellEvent {
         /// The cap it reached, in bytes.
         after_bytes: u64,
     },
+    /// The display of the cell's last value, when its type has a rich
+    /// repr (`_repr_html_`, a DataFrame, a figure, ...): its items, with
+    /// the value's `text/plain`. Like [`CellEvent::Display`] it is in the
+    /// result's `displays`, at the index `value_display` names; a
+    /// consumer that shows displays treats it as one (Jupyter sends it as
+    /// the `execute_result`).
+    Value(Vec<DisplayItem>),
 }
 
 /// The displays of the cell being run (or of the next one, between cells).
@@ -88,6 +95,9 @@ pub(crate) struct Displays {
     bytes: usize,
     dropped: u32,
     first_reason: Option<String>,
+    /// The index of the display that is the last value's (a frame with
+    /// `value`).
+    value: Option<u32>,
     sink: Option<UnboundedSender<CellEvent>>,
 }
 
@@ -101,6 +111,7 @@ impl Displays {
             bytes: 0,
             dropped: 0,
             first_reason: None,
+            value: None,
             sink: None,
         }
     }
@@ -144,6 +155,7 @@ impl Displays {
             size += data.len();
             raw.push((String::from_utf8_lossy(&mime).into_owned(), data));
         }
+        let is_value = frame.take("value").is_some();
         if raw.is_empty() {
             return;
         }
@@ -186,8 +198,15 @@ impl Displays {
                 }
             })
             .collect();
+        if is_value {
+            self.value = Some(index);
+        }
         if let Some(sink) = &self.sink {
-            let _ = sink.send(CellEvent::Display(group.clone()));
+            let _ = sink.send(if is_value {
+                CellEvent::Value(group.clone())
+            } else {
+                CellEvent::Display(group.clone())
+            });
         }
         self.items.extend(group);
     }
@@ -210,10 +229,17 @@ impl Displays {
         }
     }
 
+    /// The index of the display that is the cell's last value, if one is
+    /// (call before [`Displays::finish`]).
+    pub(crate) fn value_display(&self) -> Option<u32> {
+        self.value
+    }
+
     /// The cell settled: its displays, how many were dropped and a note
     /// saying why. What arrives from now on belongs to the next cell.
     pub(crate) fn finish(&mut self) -> (Vec<DisplayItem>, u32, Option<String>) {
         self.sink = None;
+        self.value = None;
         self.count = 0;
         self.bytes = 0;
         let dropped = std::mem::take(&mut self.dropped);
@@ -291,6 +317,24 @@ mod tests {
         assert_eq!((items[0].data.as_str(), items[0].display), ("iVBORw0K", 0));
         assert_eq!((items[1].data.as_str(), items[1].display), ("red", 0));
         assert_eq!((items[2].data.as_str(), items[2].display), ("<b>x</b>", 1));
+    }
+
+    #[test]
+    fn the_value_frame_is_marked_and_sent_as_a_value_event() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut d = Displays::new(DisplayLimits::default(), Cleaner::default());
+        d.begin(Some(tx));
+        d.accept(frame(&[("text/html", b"<i>shown</i>")]));
+        d.accept(frame(&[("text/html", b"<b>v</b>"), ("text/plain", b"V()")]).with("value", "1"));
+        assert_eq!(d.value_display(), Some(1));
+        assert!(matches!(rx.try_recv(), Ok(CellEvent::Display(_))));
+        let Ok(CellEvent::Value(items)) = rx.try_recv() else {
+            panic!("the value's display is a Value event")
+        };
+        assert_eq!((items[0].data.as_str(), items[0].display), ("<b>v</b>", 1));
+        let (items, _, _) = d.finish();
+        assert_eq!(items.len(), 3);
+        assert_eq!(d.value_display(), None, "the next cell starts without one");
     }
 
     #[test]

@@ -118,6 +118,7 @@ impl Finisher<'_> {
             out.full.as_deref(),
             err.full.as_deref(),
         );
+        let value_display = displays.value_display();
         let (items, dropped, note) = displays.finish();
         CellResult {
             status: report.status,
@@ -128,6 +129,7 @@ impl Finisher<'_> {
             traceback,
             hint,
             displays: items,
+            value_display,
             truncated: Truncated {
                 stdout: out.truncated,
                 stderr: err.truncated,

@@ -189,8 +189,9 @@ def bundle(obj, include=None, exclude=None):
     return sorted(data.items(), key=lambda kv: _ORDER.get(kv[0], len(_ORDER)) if kv[0] != "text/plain" else 99)
 
 
-def publish(items):
-    """Send one display (or count it dropped). True when it was sent."""
+def publish(items, is_value=False):
+    """Send one display (or count it dropped). True when it was sent.
+    `is_value`: it is the cell's last value (the host marks it value_display)."""
     global _cell_bytes, _cell_count, _dropped, _drop_note
     if not items:
         return False
@@ -218,6 +219,8 @@ def publish(items):
         _cell_bytes += size
         _cell_count += 1
     fields = {"op": "display"}
+    if is_value:
+        fields["value"] = b"1"
     for i, (mime, value) in enumerate(items):
         fields["m%d" % i] = mime
         fields["d%d" % i] = value
@@ -249,7 +252,7 @@ def show_value(value):
     """The cell's last value: a display too when it has a rich repr."""
     items = bundle(value)
     if len(items) > 1 or items[0][0] != "text/plain":
-        publish(items)
+        publish(items, is_value=True)
 
 
 def flush_figures():
