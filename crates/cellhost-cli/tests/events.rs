@@ -117,14 +117,6 @@ impl Watch {
     fn finished(&mut self) -> Vec<Ev> {
         self.until(|e| e.name == "cell_finished")
     }
-
-    /// Whether the stream ended (after `dropped`, or the daemon stopped).
-    fn ended(&self) -> bool {
-        matches!(
-            self.rx.recv_timeout(WAIT),
-            Err(mpsc::RecvTimeoutError::Disconnected)
-        )
-    }
 }
 
 /// A plain HTTP/1.0 request; the status and the body as JSON.

@@ -275,11 +275,19 @@ async fn run_cell(
         Err(_) => state.metrics.failed(tenant.as_deref()),
     }
     let result = result.map(|result| CellAnswer { result, history });
-    if let Ok(answer) = &result {
-        let n = answer.result.kernel.execution_count;
-        state.manager.events().cell_finished(&owner, n, answer);
-    }
+    // Answer first, then tell the watchers: waking them must not delay
+    // the caller's response.
+    let bus = state.manager.events();
+    let finished = match &result {
+        Ok(ran) if bus.watchers(&owner) > 0 => serde_json::to_value(ran)
+            .ok()
+            .map(|v| (ran.result.kernel.execution_count, v)),
+        _ => None,
+    };
     let _ = done.send(result);
+    if let Some((n, v)) = finished {
+        bus.cell_finished(&owner, n, &v);
+    }
 }
 
 /// The cell's row could not be written: say so in the answer (a field for
