@@ -22,7 +22,7 @@ use super::display::Displays;
 use super::frame::Frame;
 use super::process::{Exit, Process, Rpc};
 use super::record::KernelRecord;
-use super::report::{self, Report, Vacancy};
+use super::report::{self, Report, StateChange, Vacancy};
 use super::wait::{drain, pump, take_frames, wait_for_cell, Frames, Outcome, Streams};
 use super::{Cell, Control, KernelError, KernelOptions, Observed, Request, SpawnError};
 use crate::interpreter::Interpreter;
@@ -131,7 +131,7 @@ impl Actor {
             opts,
             python,
             cleaner,
-            slot: Slot::Vacant(Vacancy::Reported(String::new())),
+            slot: Slot::Vacant(Vacancy::Quiet),
             observed,
             spill_seq: 0,
             spill_tag: format!("raw-{}", crate::sys::random_hex(6)),
@@ -269,18 +269,18 @@ impl Actor {
                     }
                     break;
                 }
-                broken.map(Vacancy::BrokeIdle)
+                broken.map(|detail| Vacancy::Untold(StateChange::BrokeIdle { detail }))
             }
             status = proc.child.wait() => {
                 let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
                 proc.exited = Some(exit);
-                Some(Vacancy::DiedIdle(exit))
+                Some(Vacancy::Untold(StateChange::DiedIdle { how: exit.describe() }))
             }
         }
     }
 
     async fn teardown(&mut self) {
-        self.vacate(Vacancy::Reported(String::new())).await;
+        self.vacate(Vacancy::Quiet).await;
         remove_owned(self.workspace.as_deref(), self.owned_workspace);
     }
 
@@ -331,7 +331,7 @@ impl Actor {
         };
         self.first = false;
         if cell.reset {
-            self.vacate(Vacancy::Reset).await;
+            self.vacate(Vacancy::Untold(StateChange::Reset)).await;
         }
         // A process that died since idle I/O last looked is found when the
         // cell cannot be delivered (below), without a wait4() per cell.
@@ -436,7 +436,10 @@ impl Actor {
                 // cell never ran, so run it in a fresh kernel (once).
                 (Outcome::NotDelivered(exit), _) if !delivered_once => {
                     delivered_once = true;
-                    self.vacate(Vacancy::DiedIdle(exit)).await;
+                    self.vacate(Vacancy::Untold(StateChange::DiedIdle {
+                        how: exit.describe(),
+                    }))
+                    .await;
                 }
                 other => break other,
             }

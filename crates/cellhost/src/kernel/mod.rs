@@ -43,7 +43,8 @@ pub(crate) use process::{Exit, RUNNER_FILES, RUNNER_SOURCE};
 // Old paths of the helpers now in `crate::sys`.
 pub(crate) use crate::sys::random_hex;
 pub use crate::sys::{pid_alive, process_group, process_start_time, rss_bytes};
-pub(crate) use report::{report as describe_outcome, Report, Vacancy};
+pub use report::{add_note, NoteAt, StateChange};
+pub(crate) use report::{report as describe_outcome, transport_lost, Report, Vacancy};
 pub(crate) use wait::{Outcome, Stop};
 
 /// How to start kernels. `Default` gives a local kernel on `python3` from

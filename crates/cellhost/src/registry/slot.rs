@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use cellhost_protocol::CellResult;
 
 use super::key::KernelKey;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, StateChange};
 use crate::tools::ToolSet;
 
 /// Why an owner's previous kernel is gone; told to its next call.
@@ -22,34 +22,14 @@ impl Tombstone {
     /// Make `result` (the first cell of the replacement kernel) say what
     /// happened to the previous one.
     pub(crate) fn tell(&self, result: &mut CellResult) {
-        let sentence = match self {
-            Tombstone::Evicted { max_kernels } => {
-                result.kernel.state_lost = true;
-                format!(
-                    "State lost: this session's previous kernel was evicted to keep at most \
-                     {max_kernels} kernels (least recently used first); this is a fresh kernel, \
-                     so re-run setup cells."
-                )
-            }
-            Tombstone::Reaped { idle } => {
-                result.kernel.state_lost = true;
-                format!(
-                    "State lost: this session's previous kernel was stopped after {} s idle \
-                     (idle_timeout); this is a fresh kernel, so re-run setup cells.",
-                    idle.as_secs()
-                )
-            }
-            Tombstone::Disposed => {
-                result.kernel.state_reset = true;
-                "State reset: this session's kernels were disposed (reset or closed); this is \
-                 a fresh kernel."
-                    .to_owned()
-            }
+        let change = match self {
+            Tombstone::Evicted { max_kernels } => StateChange::Evicted {
+                max_kernels: *max_kernels,
+            },
+            Tombstone::Reaped { idle } => StateChange::Reaped { idle: *idle },
+            Tombstone::Disposed => StateChange::Disposed,
         };
-        result.kernel.note = Some(match result.kernel.note.take() {
-            Some(n) if !n.is_empty() => format!("{sentence} {n}"),
-            _ => sentence,
-        });
+        change.tell(&mut result.kernel);
     }
 }
 

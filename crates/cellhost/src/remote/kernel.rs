@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use cellhost_protocol::{CellResult, KernelInfo, Status};
+use cellhost_protocol::{CellResult, KernelInfo};
 use tokio::sync::{mpsc, oneshot};
 
 use super::fleet::Lease;
@@ -29,11 +29,11 @@ use super::transport::{ExecOutput, Transport};
 use crate::config::RemoteCommon;
 use crate::kernel::frame::Frame;
 use crate::kernel::Kernel;
-use crate::kernel::Vacancy;
 use crate::kernel::{
     describe_outcome, Cell, Control, Displays, KernelError, KernelOptions, Observed, Outcome,
     Report, Request, SpawnError, Stop, RUNNER_FILES, RUNNER_SOURCE,
 };
+use crate::kernel::{StateChange, Vacancy};
 use crate::output::Cleaner;
 use crate::sys::random_hex;
 use crate::tools::{Authority, DEFAULT_MAX_TOOL_CALLS};
@@ -134,7 +134,7 @@ pub(crate) async fn spawn(o: RemoteKernelOptions) -> Result<Kernel, SpawnError> 
     let mut actor = Actor {
         o,
         live: None,
-        vacancy: Vacancy::Reported(String::new()),
+        vacancy: Vacancy::Quiet,
         stale: Vec::new(),
         seq: 0,
         first: true,
@@ -146,9 +146,7 @@ pub(crate) async fn spawn(o: RemoteKernelOptions) -> Result<Kernel, SpawnError> 
         Ok(Started::SpawnFailed { dir, why }) => {
             // Fail open: the dir is reused by the one-shot of the first cell.
             actor.stale.push((dir, None));
-            actor.vacancy = Vacancy::Reported(format!(
-                "the remote runner could not start earlier ({why})."
-            ));
+            actor.vacancy = Vacancy::Told(StateChange::CouldNotStart { why });
         }
         Err(e) => {
             if actor.o.owns_transport {
@@ -303,7 +301,7 @@ impl Actor {
     }
 
     async fn teardown(&mut self) {
-        self.vacate(Vacancy::Reported(String::new())).await;
+        self.vacate(Vacancy::Quiet).await;
         self.reap_stale().await;
         if self.o.owns_transport {
             self.o.transport.shutdown().await;
@@ -358,7 +356,7 @@ impl Actor {
         };
         self.first = false;
         if cell.reset {
-            self.vacate(Vacancy::Reset).await;
+            self.vacate(Vacancy::Untold(StateChange::Reset)).await;
         }
         let timeout = cell.timeout.or(self.o.kernel.default_timeout);
         let mut displays = Displays::new(self.o.kernel.display.clone(), self.cleaner.clone());
@@ -390,9 +388,7 @@ impl Actor {
                                 started,
                             )
                             .await;
-                        self.vacancy = Vacancy::Reported(format!(
-                            "the remote runner could not start earlier ({why})."
-                        ));
+                        self.vacancy = Vacancy::Told(StateChange::CouldNotStart { why });
                         return (Ok(r), None);
                     }
                     Err(e) => return (Err(e.into()), None),
@@ -425,7 +421,8 @@ impl Actor {
             {
                 Waited::NotDelivered(why) if !retried => {
                     retried = true;
-                    self.vacate(Vacancy::RemoteGone(why)).await;
+                    self.vacate(Vacancy::Untold(StateChange::RemoteGone { why }))
+                        .await;
                 }
                 Waited::NotDelivered(why) => {
                     break (
@@ -457,8 +454,8 @@ impl Actor {
             _ => None,
         };
         let (report, vacancy) = report;
-        if let Some(Vacancy::Reported(why)) = vacancy {
-            self.vacate(Vacancy::Reported(why)).await;
+        if let Some(v) = vacancy {
+            self.vacate(v).await;
         }
         let finisher = Finisher {
             output: &self.o.kernel.output,
@@ -519,24 +516,9 @@ impl Actor {
             self.stale.push((live.dir, Some(live.pid)));
         }
         self.observed.pid.store(0, Ordering::Relaxed);
-        self.vacancy = Vacancy::Reported(
-            "the connection to the previous remote kernel failed during a cell.".into(),
-        );
-        info.state_lost = true;
-        info.note = Some(format!(
-            "The connection to the remote kernel on {} failed during this cell, so the kernel counts as dead and its state is lost; the next cell starts a fresh kernel.",
-            self.o.transport.describe()
-        ));
-        let report = Report {
-            status: Status::Error,
-            value: None,
-            error: Some(format!(
-                "TransportError: {detail}. The cell may or may not have run; it was not retried."
-            )),
-            traceback: None,
-            hint: None,
-            vacancy: None,
-        };
+        let (report, vacancy) =
+            crate::kernel::transport_lost(&mut info, &detail, self.o.transport.describe());
+        self.vacancy = vacancy;
         let mut displays = Displays::new(self.o.kernel.display.clone(), self.cleaner.clone());
         Finisher {
             output: &self.o.kernel.output,

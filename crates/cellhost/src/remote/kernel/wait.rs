@@ -12,7 +12,7 @@ use super::super::result::{parse, Blob, Finisher};
 use super::super::script;
 use super::super::transport::ExecOutput;
 use super::{Actor, Waited, MAX_STREAM, QUICK};
-use crate::kernel::{Control, Displays, Exit, Outcome, Stop};
+use crate::kernel::{Control, Displays, Exit, Outcome, StateChange, Stop};
 use crate::sys::random_hex;
 use crate::tools::request::{self, Admitted, Running};
 use crate::tools::Authority;
@@ -317,9 +317,6 @@ impl Actor {
             .transport
             .exec(&s, code.as_bytes().to_vec(), deadline)
             .await;
-        let note = format!(
-            "The remote kernel could not start ({why}), so this cell ran one-shot in a fresh process: no state is kept between cells; the next cell tries to start a kernel again."
-        );
         let waited = match out {
             Ok(out) => self.parse_wait(&out, None, None, false, false),
             Err(e) => Waited::Transport(e.to_string()),
@@ -349,10 +346,10 @@ impl Actor {
                 self.transport_lost(d, info, started)
             }
         };
-        r.kernel.note = Some(match r.kernel.note.take() {
-            Some(n) => format!("{note} {n}"),
-            None => note,
-        });
+        StateChange::CouldNotStart {
+            why: why.to_owned(),
+        }
+        .tell(&mut r.kernel);
         r
     }
 }
