@@ -1,8 +1,10 @@
 //! Session kernels: one live Python process per [`Kernel`] handle.
 //!
-//! A [`Kernel`] is a cheap, cloneable handle. One task (the actor, in
-//! `actor.rs`) owns the process, its pipes and its output captures;
-//! handles send it messages. Cells run one at a time in arrival order.
+//! A [`Kernel`] is a cheap, cloneable handle. One task (the session actor,
+//! in `actor.rs`) owns the kernel through a [`driver::Driver`]: the local
+//! one (`local.rs`: the process, its pipes and its output captures) or a
+//! remote one (`crate::remote::kernel`). Handles send the actor messages;
+//! cells run one at a time in arrival order.
 //!
 //! The process side lives in `process.rs` (spawn, teardown), waiting for a
 //! cell in `wait.rs`, what results say about state in `report.rs`, rich
@@ -13,7 +15,9 @@
 mod actor;
 mod breach;
 mod display;
+pub(crate) mod driver;
 pub(crate) mod frame;
+mod local;
 mod process;
 pub mod record;
 mod report;
@@ -43,6 +47,7 @@ pub(crate) use process::{Exit, RUNNER_FILES, RUNNER_SOURCE};
 // Old paths of the helpers now in `crate::sys`.
 pub(crate) use crate::sys::random_hex;
 pub use crate::sys::{pid_alive, process_group, process_start_time, rss_bytes};
+pub(crate) use actor::Actor;
 pub use report::{add_note, NoteAt, StateChange};
 pub(crate) use report::{report as describe_outcome, transport_lost, Report, Vacancy};
 pub(crate) use wait::{Outcome, Stop};
@@ -375,21 +380,11 @@ impl Kernel {
             detail: format!("interpreter lookup panicked: {e}"),
         })??;
         let observed = Arc::new(Observed::default());
-        let actor = actor::Actor::start(opts, interpreter, observed.clone()).await?;
-        let (requests, req_rx) = mpsc::unbounded_channel();
-        let (control, ctl_rx) = mpsc::unbounded_channel();
-        tokio::spawn(actor.run(req_rx, ctl_rx));
-        Ok(Kernel {
-            inner: Arc::new(Inner {
-                requests,
-                control,
-                observed,
-            }),
-        })
+        let driver = local::LocalDriver::new(opts, interpreter, observed.clone())?;
+        actor::Actor::launch(driver, observed).await
     }
 
-    /// A handle on another actor (a remote kernel's, see
-    /// [`crate::remote`]) that serves the same requests and controls and
+    /// A handle on an actor that serves these requests and controls and
     /// keeps `observed` up to date.
     pub(crate) fn from_actor(
         observed: Arc<Observed>,
