@@ -7,7 +7,6 @@
 //! when the cell settles, and has the result say what happened to the
 //! state (`report.rs` writes every sentence).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -101,9 +100,9 @@ impl<D: Driver> Actor<D> {
                 },
                 req = requests.recv() => match req {
                     Some(Request::Execute(cell, tx)) => {
-                        self.observed.busy.store(true, Ordering::Relaxed);
+                        self.observed.update(|s| s.busy = true);
                         let (result, shutdown) = self.execute(cell, &mut control).await;
-                        self.observed.busy.store(false, Ordering::Relaxed);
+                        self.observed.update(|s| s.busy = false);
                         let _ = tx.send(result);
                         if let Some(done) = shutdown {
                             self.teardown().await;
@@ -129,12 +128,11 @@ impl<D: Driver> Actor<D> {
 
     /// Make `live` the kernel and publish it to observers.
     fn adopt(&mut self, live: D::Live) {
-        self.observed.pid.store(live.pid(), Ordering::Relaxed);
-        self.observed.execution_count.store(0, Ordering::Relaxed);
-        if let Ok(mut id) = self.observed.id.lock() {
-            id.clear();
-            id.push_str(live.id());
-        }
+        self.observed.update(|s| {
+            s.pid = Some(live.pid());
+            s.execution_count = 0;
+            live.id().clone_into(&mut s.id);
+        });
         self.driver.adopted(&live);
         self.slot = Slot::Live(live);
     }
@@ -148,10 +146,10 @@ impl<D: Driver> Actor<D> {
     }
 
     fn unpublish(&self) {
-        self.observed.pid.store(0, Ordering::Relaxed);
-        if let Ok(mut id) = self.observed.id.lock() {
-            id.clear();
-        }
+        self.observed.update(|s| {
+            s.pid = None;
+            s.id.clear();
+        });
     }
 
     async fn execute(
@@ -215,9 +213,7 @@ impl<D: Driver> Actor<D> {
             info.id = live.id().to_owned();
             info.pid = Some(live.pid());
             info.execution_count = count;
-            self.observed
-                .execution_count
-                .store(count, Ordering::Relaxed);
+            self.observed.update(|s| s.execution_count = count);
             let run = CellRun {
                 request: exec_frame(&cell.code, tool_set.as_ref(), live, max_payload),
                 tools: tool_set.is_some(),

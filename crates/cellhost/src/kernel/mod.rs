@@ -26,7 +26,6 @@ mod wait;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -325,18 +324,45 @@ pub(crate) enum Control {
     Shutdown(oneshot::Sender<()>),
 }
 
+/// What the actor publishes about its kernel, as one watched value:
+/// observers read it without asking the actor, and always see a
+/// consistent whole (pid, id and count of the same process).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// The live process's pid (`None`: no process).
+    pub(crate) pid: Option<u32>,
+    /// Its id (`k-…`); empty when none runs.
+    pub(crate) id: String,
+    /// A cell is running.
+    pub(crate) busy: bool,
+    /// Cells the live process has run.
+    pub(crate) execution_count: u64,
+}
+
 /// What observers may read without asking the actor.
 #[derive(Debug, Default)]
 pub(crate) struct Observed {
-    pub(crate) pid: AtomicU32,
-    pub(crate) busy: AtomicBool,
-    pub(crate) execution_count: AtomicU64,
-    pub(crate) id: std::sync::Mutex<String>,
+    pub(crate) seen: tokio::sync::watch::Sender<Seen>,
     /// A new host path for the sandbox workspace, taken at the next
     /// (re)start of the process (the manager renamed the directory).
     moved_workspace: std::sync::Mutex<Option<PathBuf>>,
     /// The package dir's host path now (see [`crate::packages`]).
     pub(crate) packages: crate::packages::DirSlot,
+}
+
+impl Observed {
+    /// Change what observers see (they are woken only by a change).
+    pub(crate) fn update(&self, f: impl FnOnce(&mut Seen)) {
+        self.seen.send_if_modified(|seen| {
+            let before = seen.clone();
+            f(seen);
+            *seen != before
+        });
+    }
+
+    fn seen(&self) -> tokio::sync::watch::Ref<'_, Seen> {
+        self.seen.borrow()
+    }
 }
 
 struct Inner {
@@ -448,25 +474,17 @@ impl Kernel {
     /// Python runner as the host sees it (also under a sandbox, where the
     /// host's child is bwrap and the runner is its grandchild).
     pub fn pid(&self) -> Option<u32> {
-        match self.inner.observed.pid.load(Ordering::Relaxed) {
-            0 => None,
-            pid => Some(pid),
-        }
+        self.inner.observed.seen().pid
     }
 
     /// `true` while a cell is running.
     pub fn is_busy(&self) -> bool {
-        self.inner.observed.busy.load(Ordering::Relaxed)
+        self.inner.observed.seen().busy
     }
 
     /// The id (`k-…`) of the current kernel process; empty when none runs.
     pub fn process_id(&self) -> String {
-        self.inner
-            .observed
-            .id
-            .lock()
-            .map(|id| id.clone())
-            .unwrap_or_default()
+        self.inner.observed.seen().id.clone()
     }
 
     /// The sandbox workspace directory was renamed to `path` (the mount of
@@ -491,6 +509,6 @@ impl Kernel {
 
     /// Cells the current kernel process has run.
     pub fn execution_count(&self) -> u64 {
-        self.inner.observed.execution_count.load(Ordering::Relaxed)
+        self.inner.observed.seen().execution_count
     }
 }
