@@ -34,7 +34,7 @@ use cellhost_protocol::{CellResult, KernelState, KernelSummary};
 
 use crate::kernel::{Cell, Kernel, KernelError};
 use crate::tools::{ToolSet, ToolSetError};
-use slot::{InFlight, Slot, Tombstone};
+use slot::{InFlight, Life, Slot, Tombstone};
 
 pub use key::{
     belongs_to_session, child_owner, is_child, validate_owner, KernelKey, KernelSpec, OwnerError,
@@ -100,6 +100,8 @@ struct Shared {
     pool: pool::Pool,
     counters: Counters,
     recovery: RecoveryReport,
+    /// Serializes kernel starts with disposals of the same session.
+    starts: dispose::Starts,
 }
 
 impl Shared {
@@ -150,6 +152,7 @@ impl KernelManager {
             state: Mutex::new(State::default()),
             counters: Counters::default(),
             recovery,
+            starts: dispose::Starts::default(),
         });
         pool::refill(&shared);
         housekeeping::start_reaper(&shared);
@@ -209,7 +212,7 @@ impl KernelManager {
             let _in_flight = InFlight(&slot);
             housekeeping::run(&self.shared).await;
             let _turn = slot.turn.lock().await;
-            if slot.meta().removed {
+            if slot.meta().is_removed() {
                 continue; // disposed or evicted while we queued: start over
             }
             let (kernel, refill) = match self.kernel_of(&slot).await {
@@ -233,7 +236,7 @@ impl KernelManager {
                 // compete with it for the runtime and the CPU.
                 pool::refill(&self.shared);
             }
-            if matches!(result, Err(KernelError::Closed)) && slot.meta().removed {
+            if matches!(result, Err(KernelError::Closed)) && slot.meta().is_removed() {
                 // Disposed between taking the kernel and sending the cell:
                 // the cell never ran, so it runs on the owner's next kernel.
                 continue;
@@ -262,10 +265,10 @@ impl KernelManager {
         }
         let tombstone = {
             let mut meta = slot.meta();
-            if meta.kernel.is_some() || meta.starting || meta.in_flight > 1 {
+            if !matches!(meta.life, Life::Empty) || meta.in_flight > 1 {
                 return;
             }
-            meta.removed = true;
+            meta.life = Life::Removed;
             meta.tombstone.take()
         };
         state.slots.remove(&slot.key);
@@ -307,23 +310,34 @@ impl KernelManager {
     async fn kernel_of(&self, slot: &Slot) -> Result<Option<(Kernel, bool)>, ManagerError> {
         {
             let mut meta = slot.meta();
-            if let Some(k) = &meta.kernel {
-                return Ok(Some((k.clone(), false)));
+            match &meta.life {
+                Life::Running(k) => return Ok(Some((k.clone(), false))),
+                Life::Removed => return Ok(None),
+                Life::Empty | Life::Starting => meta.life = Life::Starting,
             }
-            meta.starting = true;
         }
-        // Cleared however this future ends (a caller may give up mid-spawn).
+        // Back to empty however this future ends (a caller may give up
+        // mid-spawn).
         let starting = Starting(slot);
+        // Never while the session is being disposed: its workspace would
+        // be removed under the new kernel.
+        let start_turn = self.shared.starts.of(&slot.key.owner).read().await;
+        if slot.meta().is_removed() {
+            return Ok(None); // disposed while we waited: start over
+        }
         let started = self.new_kernel(&slot.key).await;
-        drop(starting);
+        drop(start_turn);
         let removed = {
             let mut meta = slot.meta();
             match &started {
-                Ok((k, _)) if !meta.removed => meta.kernel = Some(k.clone()),
+                Ok((k, _)) if matches!(meta.life, Life::Starting) => {
+                    meta.life = Life::Running(k.clone());
+                }
                 _ => {}
             }
-            meta.removed
+            meta.is_removed()
         };
+        drop(starting);
         let (kernel, refill) = started.map_err(KernelError::from)?;
         if removed {
             kernel.shutdown().await;
@@ -401,7 +415,7 @@ impl KernelManager {
                 .slots
                 .values()
                 .filter(|s| s.key.owner == owner)
-                .filter_map(|s| s.meta().kernel.clone())
+                .filter_map(|s| s.meta().kernel().cloned())
                 .collect()
         };
         let mut n = 0;
@@ -436,8 +450,8 @@ impl KernelManager {
             .iter()
             .map(|slot| {
                 let meta = slot.meta();
-                let kernel = meta.kernel.as_ref();
-                let state = if meta.starting || kernel.is_none() {
+                let kernel = meta.kernel();
+                let state = if kernel.is_none() {
                     KernelState::Starting
                 } else if meta.in_flight > 0 || kernel.is_some_and(Kernel::is_busy) {
                     KernelState::Busy
@@ -541,12 +555,16 @@ impl Drop for Untold<'_> {
     }
 }
 
-/// Clears an entry's `starting` flag when dropped.
+/// An entry still starting when dropped (its start failed or was given
+/// up) is empty again.
 struct Starting<'a>(&'a Slot);
 
 impl Drop for Starting<'_> {
     fn drop(&mut self) {
-        self.0.meta().starting = false;
+        let mut meta = self.0.meta();
+        if matches!(meta.life, Life::Starting) {
+            meta.life = Life::Empty;
+        }
     }
 }
 

@@ -33,21 +33,52 @@ impl Tombstone {
     }
 }
 
+/// Where an entry's kernel is in its life.
+#[derive(Debug)]
+pub(crate) enum Life {
+    /// No kernel yet (or its start failed).
+    Empty,
+    /// A caller is starting it, under the entry's turn lock.
+    Starting,
+    /// It runs. Shared here (not only under the turn lock) so
+    /// housekeeping can shut it down while a cell runs.
+    Running(Kernel),
+    /// Removed from the registry; callers queued on it start over.
+    Removed,
+}
+
 /// Bookkeeping read and written under a short std lock.
 #[derive(Debug)]
 pub(crate) struct Meta {
-    /// The kernel, once started. Shared here (not only under the turn
-    /// lock) so housekeeping can shut it down while a cell runs.
-    pub kernel: Option<Kernel>,
+    pub life: Life,
     pub last_used: Instant,
     pub last_used_wall: SystemTime,
     /// Cells running or queued on this entry.
     pub in_flight: usize,
-    pub starting: bool,
-    /// Removed from the registry; callers queued on it start over.
-    pub removed: bool,
     /// Told to the first result of this entry's kernel.
     pub tombstone: Option<Tombstone>,
+}
+
+impl Meta {
+    /// The running kernel, if any.
+    pub(crate) fn kernel(&self) -> Option<&Kernel> {
+        match &self.life {
+            Life::Running(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        matches!(self.life, Life::Removed)
+    }
+
+    /// Mark the entry removed, returning its kernel to kill.
+    pub(crate) fn remove(&mut self) -> Option<Kernel> {
+        match std::mem::replace(&mut self.life, Life::Removed) {
+            Life::Running(k) => Some(k),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -75,12 +106,10 @@ impl Slot {
             created: SystemTime::now(),
             turn: tokio::sync::Mutex::new(()),
             meta: Mutex::new(Meta {
-                kernel: None,
+                life: Life::Empty,
                 last_used: Instant::now(),
                 last_used_wall: SystemTime::now(),
                 in_flight: 0,
-                starting: false,
-                removed: false,
                 tombstone,
             }),
         }
@@ -100,7 +129,7 @@ impl Slot {
     /// A kernel runs, is being started, or is about to be (a call is in
     /// flight): it counts against the cap.
     pub(crate) fn is_live(meta: &Meta) -> bool {
-        meta.kernel.is_some() || meta.starting || meta.in_flight > 0
+        matches!(meta.life, Life::Running(_) | Life::Starting) || meta.in_flight > 0
     }
 }
 
