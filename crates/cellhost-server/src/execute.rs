@@ -302,10 +302,7 @@ fn not_recorded(h: &cellhost::history::History, r: &mut CellResult) -> NotRecord
          free space in the daemon's data dir (see /healthz)"
     );
     let sentence = format!("History: {error}.");
-    r.kernel.note = Some(match r.kernel.note.take() {
-        Some(n) if !n.is_empty() => format!("{n} {sentence}"),
-        _ => sentence,
-    });
+    cellhost::kernel::add_note(&mut r.kernel, sentence, cellhost::kernel::NoteAt::End);
     NotRecorded {
         recorded: false,
         error,
@@ -355,13 +352,7 @@ fn tell_restart(state: &AppState, owner: &str, r: &mut CellResult) {
     if !was_previous || r.kernel.reused || r.kernel.state_lost || r.kernel.state_reset {
         return;
     }
-    r.kernel.state_lost = true;
-    let sentence = "State lost: the daemon restarted since this session's last cell, and its \
-                    kernels with it; this is a fresh kernel, so re-run setup cells.";
-    r.kernel.note = Some(match r.kernel.note.take() {
-        Some(n) if !n.is_empty() => format!("{sentence} {n}"),
-        _ => sentence.to_owned(),
-    });
+    cellhost::kernel::StateChange::DaemonRestarted.tell(&mut r.kernel);
 }
 
 /// One cell counted in `AppState::in_flight` until dropped (recorded).

@@ -1,8 +1,10 @@
 //! Session kernels: one live Python process per [`Kernel`] handle.
 //!
-//! A [`Kernel`] is a cheap, cloneable handle. One task (the actor, in
-//! `actor.rs`) owns the process, its pipes and its output captures;
-//! handles send it messages. Cells run one at a time in arrival order.
+//! A [`Kernel`] is a cheap, cloneable handle. One task (the session actor,
+//! in `actor.rs`) owns the kernel through a [`driver::Driver`]: the local
+//! one (`local.rs`: the process, its pipes and its output captures) or a
+//! remote one (`crate::remote::kernel`). Handles send the actor messages;
+//! cells run one at a time in arrival order.
 //!
 //! The process side lives in `process.rs` (spawn, teardown), waiting for a
 //! cell in `wait.rs`, what results say about state in `report.rs`, rich
@@ -13,7 +15,9 @@
 mod actor;
 mod breach;
 mod display;
+pub(crate) mod driver;
 pub(crate) mod frame;
+mod local;
 mod process;
 pub mod record;
 mod report;
@@ -22,7 +26,6 @@ mod wait;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,7 +46,9 @@ pub(crate) use process::{Exit, RUNNER_FILES, RUNNER_SOURCE};
 // Old paths of the helpers now in `crate::sys`.
 pub(crate) use crate::sys::random_hex;
 pub use crate::sys::{pid_alive, process_group, process_start_time, rss_bytes};
-pub(crate) use report::{report as describe_outcome, Report, Vacancy};
+pub(crate) use actor::Actor;
+pub use report::{add_note, NoteAt, StateChange};
+pub(crate) use report::{report as describe_outcome, transport_lost, Report, Vacancy};
 pub(crate) use wait::{Outcome, Stop};
 
 /// How to start kernels. `Default` gives a local kernel on `python3` from
@@ -339,18 +344,45 @@ pub(crate) enum Control {
     Shutdown(oneshot::Sender<()>),
 }
 
+/// What the actor publishes about its kernel, as one watched value:
+/// observers read it without asking the actor, and always see a
+/// consistent whole (pid, id and count of the same process).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Seen {
+    /// The live process's pid (`None`: no process).
+    pub(crate) pid: Option<u32>,
+    /// Its id (`k-…`); empty when none runs.
+    pub(crate) id: String,
+    /// A cell is running.
+    pub(crate) busy: bool,
+    /// Cells the live process has run.
+    pub(crate) execution_count: u64,
+}
+
 /// What observers may read without asking the actor.
 #[derive(Debug, Default)]
 pub(crate) struct Observed {
-    pub(crate) pid: AtomicU32,
-    pub(crate) busy: AtomicBool,
-    pub(crate) execution_count: AtomicU64,
-    pub(crate) id: std::sync::Mutex<String>,
+    pub(crate) seen: tokio::sync::watch::Sender<Seen>,
     /// A new host path for the sandbox workspace, taken at the next
     /// (re)start of the process (the manager renamed the directory).
     moved_workspace: std::sync::Mutex<Option<PathBuf>>,
     /// The package dir's host path now (see [`crate::packages`]).
     pub(crate) packages: crate::packages::DirSlot,
+}
+
+impl Observed {
+    /// Change what observers see (they are woken only by a change).
+    pub(crate) fn update(&self, f: impl FnOnce(&mut Seen)) {
+        self.seen.send_if_modified(|seen| {
+            let before = seen.clone();
+            f(seen);
+            *seen != before
+        });
+    }
+
+    fn seen(&self) -> tokio::sync::watch::Ref<'_, Seen> {
+        self.seen.borrow()
+    }
 }
 
 struct Inner {
@@ -394,21 +426,11 @@ impl Kernel {
             detail: format!("interpreter lookup panicked: {e}"),
         })??;
         let observed = Arc::new(Observed::default());
-        let actor = actor::Actor::start(opts, interpreter, observed.clone()).await?;
-        let (requests, req_rx) = mpsc::unbounded_channel();
-        let (control, ctl_rx) = mpsc::unbounded_channel();
-        tokio::spawn(actor.run(req_rx, ctl_rx));
-        Ok(Kernel {
-            inner: Arc::new(Inner {
-                requests,
-                control,
-                observed,
-            }),
-        })
+        let driver = local::LocalDriver::new(opts, interpreter, observed.clone())?;
+        actor::Actor::launch(driver, observed).await
     }
 
-    /// A handle on another actor (a remote kernel's, see
-    /// [`crate::remote`]) that serves the same requests and controls and
+    /// A handle on an actor that serves these requests and controls and
     /// keeps `observed` up to date.
     pub(crate) fn from_actor(
         observed: Arc<Observed>,
@@ -472,25 +494,17 @@ impl Kernel {
     /// Python runner as the host sees it (also under a sandbox, where the
     /// host's child is bwrap and the runner is its grandchild).
     pub fn pid(&self) -> Option<u32> {
-        match self.inner.observed.pid.load(Ordering::Relaxed) {
-            0 => None,
-            pid => Some(pid),
-        }
+        self.inner.observed.seen().pid
     }
 
     /// `true` while a cell is running.
     pub fn is_busy(&self) -> bool {
-        self.inner.observed.busy.load(Ordering::Relaxed)
+        self.inner.observed.seen().busy
     }
 
     /// The id (`k-…`) of the current kernel process; empty when none runs.
     pub fn process_id(&self) -> String {
-        self.inner
-            .observed
-            .id
-            .lock()
-            .map(|id| id.clone())
-            .unwrap_or_default()
+        self.inner.observed.seen().id.clone()
     }
 
     /// The sandbox workspace directory was renamed to `path` (the mount of
@@ -515,6 +529,6 @@ impl Kernel {
 
     /// Cells the current kernel process has run.
     pub fn execution_count(&self) -> u64 {
-        self.inner.observed.execution_count.load(Ordering::Relaxed)
+        self.inner.observed.seen().execution_count
     }
 }

@@ -256,22 +256,6 @@ impl Process {
             crate::packages::ensure_dir(&dir, p.uid, p.gid).ok()?;
             Some(dir)
         });
-        // A `none` kernel's managed workspace is its cwd: a disposal that
-        // raced this spawn may have removed it; make it again (empty) rather
-        // than fail the exec with a confusing ENOENT (here and, should the
-        // removal land between this and the exec, once more below).
-        let remake_cwd = || match (&opts.workspace_dir, &opts.cwd) {
-            (Some(ws), Some(cwd)) if ws == cwd && !ws.exists() => {
-                use std::os::unix::fs::DirBuilderExt;
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(ws)
-                    .is_ok()
-            }
-            _ => false,
-        };
-        remake_cwd();
         let launch::Launch {
             mut cmd,
             setup,
@@ -327,10 +311,7 @@ impl Process {
                 setup.apply()
             });
         }
-        let mut spawned = cmd.spawn();
-        if matches!(&spawned, Err(e) if e.kind() == io::ErrorKind::NotFound) && remake_cwd() {
-            spawned = cmd.spawn();
-        }
+        let spawned = cmd.spawn();
         drop(landlock);
         let child = match spawned {
             Ok(child) => child,

@@ -13,6 +13,7 @@ impl KernelManager {
     /// reset or close), and remove their sandbox workspaces. Returns how
     /// many kernels were killed.
     pub async fn dispose_owner(&self, session: &str) -> usize {
+        let _no_starts = self.shared.starts.of(session).write().await;
         let n = self
             .dispose_where(|owner| belongs_to_session(owner, session))
             .await;
@@ -24,6 +25,7 @@ impl KernelManager {
     /// that child's own children), and remove their workspaces.
     pub async fn dispose_child(&self, parent: &str, child: &str) -> Result<usize, OwnerError> {
         let owner = child_owner(parent, child)?;
+        let _no_starts = self.shared.starts.of(&owner).write().await;
         let n = self.dispose_where(|o| belongs_to_session(o, &owner)).await;
         self.remove_workspaces(&owner).await;
         Ok(n)
@@ -115,5 +117,26 @@ impl KernelManager {
             self.shared.events.kernel(&owner, change, &note);
         }
         n
+    }
+}
+
+/// A disposal holds its session's turn exclusively, from the kill of its
+/// kernels to the removal of its workspaces; a kernel start holds it
+/// shared. So a start never runs in a workspace being removed, and one
+/// queued behind a disposal finds its entry removed and starts over.
+/// Striped by session (a session and its children share a stripe).
+#[derive(Default)]
+pub(super) struct Starts([tokio::sync::RwLock<()>; 16]);
+
+impl Starts {
+    pub(super) fn of(&self, owner: &str) -> &tokio::sync::RwLock<()> {
+        use std::hash::{Hash, Hasher};
+        let session = owner
+            .split(crate::owner::CHILD_SEPARATOR)
+            .next()
+            .unwrap_or(owner);
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        session.hash(&mut h);
+        &self.0[(h.finish() % 16) as usize]
     }
 }

@@ -31,8 +31,7 @@ pub(super) fn remember(state: &mut State, key: KernelKey, why: Tombstone) {
 /// Flag a slot just removed from the registry; returns its kernel to kill.
 pub(super) fn mark_removed(slot: &Slot) -> Option<Kernel> {
     let mut meta = slot.meta();
-    meta.removed = true;
-    meta.kernel.take()
+    meta.remove()
 }
 
 /// Kill `kernels` concurrently and wait until every one is gone.
@@ -124,7 +123,7 @@ pub(super) async fn run(shared: &Shared) {
 /// A started kernel with no call in flight and no cell running (a caller
 /// that gave up leaves its cell running: that kernel is busy).
 fn idle_kernel(m: &Meta) -> bool {
-    m.in_flight == 0 && m.kernel.as_ref().is_some_and(|k| !k.is_busy())
+    m.in_flight == 0 && m.kernel().is_some_and(|k| !k.is_busy())
 }
 
 /// Wait until no housekeeping or disposal kill is under way.

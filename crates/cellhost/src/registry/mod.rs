@@ -36,7 +36,7 @@ use cellhost_protocol::{CellResult, KernelState, KernelSummary};
 use crate::events::{EventBus, KernelChange};
 use crate::kernel::{Cell, CellEvent, Kernel, KernelError};
 use crate::tools::{ToolSet, ToolSetError};
-use slot::{InFlight, Slot, Tombstone};
+use slot::{InFlight, Life, Slot, Tombstone};
 use tokio::sync::mpsc;
 
 pub use key::{
@@ -109,6 +109,8 @@ struct Shared {
     events: EventBus,
     /// Where hidden cells publish: nowhere.
     muted: EventBus,
+    /// Serializes kernel starts with disposals of the same session.
+    starts: dispose::Starts,
 }
 
 impl Drop for Shared {
@@ -187,6 +189,7 @@ impl KernelManager {
             state: Mutex::new(State::default()),
             counters: Counters::default(),
             recovery,
+            starts: dispose::Starts::default(),
         });
         pool::refill(&shared);
         housekeeping::start_reaper(&shared);
@@ -258,10 +261,10 @@ impl KernelManager {
             let _in_flight = InFlight(&slot);
             housekeeping::run(&self.shared).await;
             let _turn = slot.turn.lock().await;
-            if slot.meta().removed {
+            if slot.meta().is_removed() {
                 continue; // disposed or evicted while we queued: start over
             }
-            let fresh = slot.meta().kernel.is_none();
+            let fresh = slot.meta().kernel().is_none();
             let (kernel, refill) = match self.kernel_of(&slot).await {
                 Ok(Some(k)) => k,
                 Ok(None) => continue,
@@ -305,7 +308,7 @@ impl KernelManager {
                 // compete with it for the runtime and the CPU.
                 pool::refill(&self.shared);
             }
-            if matches!(result, Err(KernelError::Closed)) && slot.meta().removed {
+            if matches!(result, Err(KernelError::Closed)) && slot.meta().is_removed() {
                 // Disposed between taking the kernel and sending the cell:
                 // the cell never ran, so it runs on the owner's next kernel.
                 if let Some(n) = count {
@@ -412,10 +415,10 @@ impl KernelManager {
         }
         let tombstone = {
             let mut meta = slot.meta();
-            if meta.kernel.is_some() || meta.starting || meta.in_flight > 1 {
+            if !matches!(meta.life, Life::Empty) || meta.in_flight > 1 {
                 return;
             }
-            meta.removed = true;
+            meta.life = Life::Removed;
             meta.tombstone.take()
         };
         state.slots.remove(&slot.key);
@@ -457,23 +460,34 @@ impl KernelManager {
     async fn kernel_of(&self, slot: &Slot) -> Result<Option<(Kernel, bool)>, ManagerError> {
         {
             let mut meta = slot.meta();
-            if let Some(k) = &meta.kernel {
-                return Ok(Some((k.clone(), false)));
+            match &meta.life {
+                Life::Running(k) => return Ok(Some((k.clone(), false))),
+                Life::Removed => return Ok(None),
+                Life::Empty | Life::Starting => meta.life = Life::Starting,
             }
-            meta.starting = true;
         }
-        // Cleared however this future ends (a caller may give up mid-spawn).
+        // Back to empty however this future ends (a caller may give up
+        // mid-spawn).
         let starting = Starting(slot);
+        // Never while the session is being disposed: its workspace would
+        // be removed under the new kernel.
+        let start_turn = self.shared.starts.of(&slot.key.owner).read().await;
+        if slot.meta().is_removed() {
+            return Ok(None); // disposed while we waited: start over
+        }
         let started = self.new_kernel(&slot.key).await;
-        drop(starting);
+        drop(start_turn);
         let removed = {
             let mut meta = slot.meta();
             match &started {
-                Ok((k, _)) if !meta.removed => meta.kernel = Some(k.clone()),
+                Ok((k, _)) if matches!(meta.life, Life::Starting) => {
+                    meta.life = Life::Running(k.clone());
+                }
                 _ => {}
             }
-            meta.removed
+            meta.is_removed()
         };
+        drop(starting);
         let (kernel, refill) = started.map_err(KernelError::from)?;
         if removed {
             kernel.shutdown().await;
@@ -552,7 +566,7 @@ impl KernelManager {
                 .slots
                 .values()
                 .filter(|s| s.key.owner == owner)
-                .filter_map(|s| s.meta().kernel.clone())
+                .filter_map(|s| s.meta().kernel().cloned())
                 .collect()
         };
         let mut n = 0;
@@ -587,8 +601,8 @@ impl KernelManager {
             .iter()
             .map(|slot| {
                 let meta = slot.meta();
-                let kernel = meta.kernel.as_ref();
-                let state = if meta.starting || kernel.is_none() {
+                let kernel = meta.kernel();
+                let state = if kernel.is_none() {
                     KernelState::Starting
                 } else if meta.in_flight > 0 || kernel.is_some_and(Kernel::is_busy) {
                     KernelState::Busy
@@ -697,12 +711,16 @@ impl Drop for Untold<'_> {
     }
 }
 
-/// Clears an entry's `starting` flag when dropped.
+/// An entry still starting when dropped (its start failed or was given
+/// up) is empty again.
 struct Starting<'a>(&'a Slot);
 
 impl Drop for Starting<'_> {
     fn drop(&mut self) {
-        self.0.meta().starting = false;
+        let mut meta = self.0.meta();
+        if matches!(meta.life, Life::Starting) {
+            meta.life = Life::Empty;
+        }
     }
 }
 

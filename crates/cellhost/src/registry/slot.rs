@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 use cellhost_protocol::CellResult;
 
 use super::key::KernelKey;
-use crate::kernel::Kernel;
+use crate::kernel::{Kernel, StateChange};
 use crate::tools::ToolSet;
 
 /// Why an owner's previous kernel is gone; told to its next call.
@@ -19,85 +19,82 @@ pub(crate) enum Tombstone {
 }
 
 impl Tombstone {
+    /// The state change this removal is.
+    fn change(&self) -> StateChange {
+        match self {
+            Tombstone::Evicted { max_kernels } => StateChange::Evicted {
+                max_kernels: *max_kernels,
+            },
+            Tombstone::Reaped { idle } => StateChange::Reaped { idle: *idle },
+            Tombstone::Disposed => StateChange::Disposed,
+        }
+    }
+
     /// Make `result` (the first cell of the replacement kernel) say what
     /// happened to the previous one.
     pub(crate) fn tell(&self, result: &mut CellResult) {
-        let sentence = match self {
-            Tombstone::Evicted { max_kernels } => {
-                result.kernel.state_lost = true;
-                format!(
-                    "State lost: this session's previous kernel was evicted to keep at most \
-                     {max_kernels} kernels (least recently used first); this is a fresh kernel, \
-                     so re-run setup cells."
-                )
-            }
-            Tombstone::Reaped { idle } => {
-                result.kernel.state_lost = true;
-                format!(
-                    "State lost: this session's previous kernel was stopped after {} s idle \
-                     (idle_timeout); this is a fresh kernel, so re-run setup cells.",
-                    idle.as_secs()
-                )
-            }
-            Tombstone::Disposed => {
-                result.kernel.state_reset = true;
-                "State reset: this session's kernels were disposed (reset or closed); this is \
-                 a fresh kernel."
-                    .to_owned()
-            }
+        self.change().tell(&mut result.kernel);
+    }
+
+    /// The `kernel` event this removal is told to watchers as: the same
+    /// sentence the next result carries.
+    pub(crate) fn event(&self) -> (crate::events::KernelChange, String) {
+        use crate::events::KernelChange;
+        let kind = match self {
+            Tombstone::Evicted { .. } => KernelChange::Evicted,
+            Tombstone::Reaped { .. } => KernelChange::Reaped,
+            Tombstone::Disposed => KernelChange::Disposed,
         };
-        result.kernel.note = Some(match result.kernel.note.take() {
-            Some(n) if !n.is_empty() => format!("{sentence} {n}"),
-            _ => sentence,
-        });
+        (kind, self.change().note())
     }
 }
 
-impl Tombstone {
-    /// The `kernel` event this removal is told to watchers as.
-    pub(crate) fn event(&self) -> (crate::events::KernelChange, String) {
-        use crate::events::KernelChange;
-        match self {
-            Tombstone::Evicted { max_kernels } => (
-                KernelChange::Evicted,
-                format!(
-                    "The kernel was stopped to keep at most {max_kernels} kernels (least \
-                     recently used first); its state is gone and the next cell starts a fresh one."
-                ),
-            ),
-            Tombstone::Reaped { idle } => (
-                KernelChange::Reaped,
-                format!(
-                    "The kernel was stopped after {} s idle (idle_timeout); its state is gone and \
-                     the next cell starts a fresh one.",
-                    idle.as_secs()
-                ),
-            ),
-            Tombstone::Disposed => (
-                KernelChange::Disposed,
-                "The session's kernels were disposed (reset or closed); the next cell starts a \
-                 fresh one."
-                    .to_owned(),
-            ),
-        }
-    }
+/// Where an entry's kernel is in its life.
+#[derive(Debug)]
+pub(crate) enum Life {
+    /// No kernel yet (or its start failed).
+    Empty,
+    /// A caller is starting it, under the entry's turn lock.
+    Starting,
+    /// It runs. Shared here (not only under the turn lock) so
+    /// housekeeping can shut it down while a cell runs.
+    Running(Kernel),
+    /// Removed from the registry; callers queued on it start over.
+    Removed,
 }
 
 /// Bookkeeping read and written under a short std lock.
 #[derive(Debug)]
 pub(crate) struct Meta {
-    /// The kernel, once started. Shared here (not only under the turn
-    /// lock) so housekeeping can shut it down while a cell runs.
-    pub kernel: Option<Kernel>,
+    pub life: Life,
     pub last_used: Instant,
     pub last_used_wall: SystemTime,
     /// Cells running or queued on this entry.
     pub in_flight: usize,
-    pub starting: bool,
-    /// Removed from the registry; callers queued on it start over.
-    pub removed: bool,
     /// Told to the first result of this entry's kernel.
     pub tombstone: Option<Tombstone>,
+}
+
+impl Meta {
+    /// The running kernel, if any.
+    pub(crate) fn kernel(&self) -> Option<&Kernel> {
+        match &self.life {
+            Life::Running(k) => Some(k),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn is_removed(&self) -> bool {
+        matches!(self.life, Life::Removed)
+    }
+
+    /// Mark the entry removed, returning its kernel to kill.
+    pub(crate) fn remove(&mut self) -> Option<Kernel> {
+        match std::mem::replace(&mut self.life, Life::Removed) {
+            Life::Running(k) => Some(k),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -125,12 +122,10 @@ impl Slot {
             created: SystemTime::now(),
             turn: tokio::sync::Mutex::new(()),
             meta: Mutex::new(Meta {
-                kernel: None,
+                life: Life::Empty,
                 last_used: Instant::now(),
                 last_used_wall: SystemTime::now(),
                 in_flight: 0,
-                starting: false,
-                removed: false,
                 tombstone,
             }),
         }
@@ -150,7 +145,7 @@ impl Slot {
     /// A kernel runs, is being started, or is about to be (a call is in
     /// flight): it counts against the cap.
     pub(crate) fn is_live(meta: &Meta) -> bool {
-        meta.kernel.is_some() || meta.starting || meta.in_flight > 0
+        matches!(meta.life, Life::Running(_) | Life::Starting) || meta.in_flight > 0
     }
 }
 

@@ -14,38 +14,26 @@
 //! runs in a fresh one; a cell is never sent twice once it may have run.
 //! Any transport failure counts as the kernel's death.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use cellhost_protocol::{CellResult, KernelInfo, Status};
-use tokio::sync::{mpsc, oneshot};
+use cellhost_protocol::{CellResult, KernelInfo};
+use tokio::sync::mpsc;
 
 use super::fleet::Lease;
 use super::result::{Blob, Finisher};
 use super::script;
 use super::transport::{ExecOutput, Transport};
 use crate::config::RemoteCommon;
-use crate::kernel::frame::Frame;
-use crate::kernel::Kernel;
-use crate::kernel::Vacancy;
+use crate::kernel::driver::{CellRun, Driver, LiveKernel, Ran, Settled, Start};
 use crate::kernel::{
-    describe_outcome, Cell, Control, Displays, KernelError, KernelOptions, Observed, Outcome,
-    Report, Request, SpawnError, Stop, RUNNER_FILES, RUNNER_SOURCE,
+    describe_outcome, Actor, CellEvent, Displays, Kernel, KernelOptions, Observed, Outcome, Report,
+    SpawnError, StateChange, Stop, Vacancy, RUNNER_FILES, RUNNER_SOURCE,
 };
 use crate::output::Cleaner;
 use crate::sys::random_hex;
-use crate::tools::{Authority, DEFAULT_MAX_TOOL_CALLS};
-
-/// Retires a cell's tool authority however the cell ends.
-struct Retire(Arc<Authority>);
-
-impl Drop for Retire {
-    fn drop(&mut self) {
-        self.0.retire();
-    }
-}
+use crate::tools::ToolSet;
 
 mod wait;
 
@@ -79,8 +67,23 @@ struct Live {
     count: u64,
     /// The RPC token shipped in the env file: tool requests must carry it.
     token: String,
-    /// The runner has its `tools` module.
-    tools_sent: bool,
+    /// The tool set whose `tools` module the runner has.
+    tools_installed: Option<ToolSet>,
+}
+
+impl LiveKernel for Live {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn pid(&self) -> u32 {
+        self.pid
+    }
+    fn count(&mut self) -> &mut u64 {
+        &mut self.count
+    }
+    fn tools_installed(&mut self) -> &mut Option<ToolSet> {
+        &mut self.tools_installed
+    }
 }
 
 /// How waiting for a cell ended.
@@ -99,27 +102,22 @@ enum Waited {
     Transport(String),
 }
 
-enum Started {
-    Live(Live),
-    /// Shipped into `dir` but the runner did not start.
-    SpawnFailed {
-        dir: String,
-        why: String,
-    },
+/// A shipped dir whose runner did not start, and why.
+pub(crate) struct NotStarted {
+    dir: String,
+    why: String,
 }
 
-struct Actor {
+struct RemoteDriver {
     o: RemoteKernelOptions,
-    live: Option<Live>,
-    vacancy: Vacancy,
     /// Runners (or shipped dirs) given up on after a transport failure:
     /// killed before the next start and at teardown, and kept here until
     /// a kill has gone through (an outage may outlast several cells).
     stale: Vec<(String, Option<u32>)>,
     seq: u64,
-    first: bool,
-    observed: Arc<Observed>,
     cleaner: Cleaner,
+    /// The running cell's displays (from its result blob).
+    displays: Displays,
 }
 
 /// Ship and start a remote kernel.
@@ -129,40 +127,19 @@ struct Actor {
 /// closed). A runner that fails to start is not an error: the kernel's
 /// cells run one-shot until a start succeeds (fail open).
 pub(crate) async fn spawn(o: RemoteKernelOptions) -> Result<Kernel, SpawnError> {
-    let observed = Arc::new(Observed::default());
     let cleaner = Cleaner::new(o.kernel.env.secrets.iter().cloned());
-    let mut actor = Actor {
+    let displays = Displays::new(o.kernel.display.clone(), cleaner.clone());
+    let driver = RemoteDriver {
         o,
-        live: None,
-        vacancy: Vacancy::Reported(String::new()),
         stale: Vec::new(),
         seq: 0,
-        first: true,
-        observed: observed.clone(),
         cleaner,
+        displays,
     };
-    match actor.start().await {
-        Ok(Started::Live(live)) => actor.adopt(live),
-        Ok(Started::SpawnFailed { dir, why }) => {
-            // Fail open: the dir is reused by the one-shot of the first cell.
-            actor.stale.push((dir, None));
-            actor.vacancy = Vacancy::Reported(format!(
-                "the remote runner could not start earlier ({why})."
-            ));
-        }
-        Err(e) => {
-            if actor.o.owns_transport {
-                actor.o.transport.shutdown().await;
-            }
-            return Err(e);
-        }
-    }
-    let (kernel, requests, control) = Kernel::from_actor(observed);
-    tokio::spawn(actor.run(requests, control));
-    Ok(kernel)
+    Actor::launch(driver, Arc::new(Observed::default())).await
 }
 
-impl Actor {
+impl RemoteDriver {
     fn err(&self, detail: String) -> SpawnError {
         SpawnError::Remote {
             backend: self.o.backend.clone(),
@@ -190,8 +167,57 @@ impl Actor {
         }
     }
 
+    fn finisher(&self) -> Finisher<'_> {
+        Finisher {
+            output: &self.o.kernel.output,
+            cleaner: &self.cleaner,
+            spill_dir: &self.o.kernel.spill_dir,
+        }
+    }
+
+    /// What the report of a one-shot cell needs from its blob.
+    fn report(
+        &mut self,
+        outcome: &Outcome,
+        stop: Option<Stop>,
+        info: &mut KernelInfo,
+        blob: &Blob,
+    ) -> Report {
+        for d in &blob.displays {
+            self.displays.accept(d.clone());
+        }
+        if let Some(reply) = &blob.reply {
+            let dropped = reply.int("displays_dropped").unwrap_or(0);
+            self.displays.runner_dropped(
+                u32::try_from(dropped).unwrap_or(u32::MAX),
+                reply.text("displays_note"),
+            );
+        }
+        let mut r = describe_outcome(outcome, stop, info, self.o.kernel.interrupt_grace, "", None);
+        r.vacancy = None;
+        r
+    }
+}
+
+impl Driver for RemoteDriver {
+    type Live = Live;
+    type Fallback = NotStarted;
+    type Output = Blob;
+
+    fn backend(&self) -> String {
+        self.o.backend.clone()
+    }
+
+    fn options(&self) -> &KernelOptions {
+        &self.o.kernel
+    }
+
+    fn displays(&mut self) -> &mut Displays {
+        &mut self.displays
+    }
+
     /// Ship the files and start the runner (one exec).
-    async fn start(&mut self) -> Result<Started, SpawnError> {
+    async fn start(&mut self) -> Result<Start<Live, NotStarted>, SpawnError> {
         self.reap_stale().await;
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let token = random_hex(32);
@@ -245,29 +271,29 @@ impl Actor {
                     let pid = rest.trim().parse::<u32>().map_err(|_| {
                         self.err(format!("the remote bootstrap sent a bad pid {rest:?}"))
                     })?;
-                    return Ok(Started::Live(Live {
+                    return Ok(Start::Live(Live {
                         dir: dir.unwrap_or_default(),
                         pid,
                         id: format!("r-{}", random_hex(6)),
                         count: 0,
                         token: token.clone(),
-                        tools_sent: false,
+                        tools_installed: None,
                     }));
                 }
                 "SPAWNFAIL" if dir.is_some() => {
-                    return Ok(Started::SpawnFailed {
+                    return Ok(Start::Fallback(NotStarted {
                         dir: dir.unwrap_or_default(),
                         why: rest.to_owned(),
-                    })
+                    }))
                 }
                 _ => {}
             }
         }
         match dir {
-            Some(dir) => Ok(Started::SpawnFailed {
+            Some(dir) => Ok(Start::Fallback(NotStarted {
                 dir,
                 why: format!("the bootstrap stopped early: {}", out.stderr_line()),
-            }),
+            })),
             None => Err(self.err(format!(
                 "could not ship the runner on {} ({}: {}); check that it is reachable and that {} exists there",
                 self.o.transport.describe(),
@@ -278,174 +304,58 @@ impl Actor {
         }
     }
 
-    fn adopt(&mut self, live: Live) {
-        self.observed.pid.store(live.pid, Ordering::Relaxed);
-        self.observed.execution_count.store(0, Ordering::Relaxed);
-        if let Ok(mut id) = self.observed.id.lock() {
-            id.clone_from(&live.id);
-        }
-        self.live = Some(live);
-    }
-
-    /// Kill the live runner (best effort) and record why it is gone.
-    async fn vacate(&mut self, why: Vacancy) {
-        if let Some(live) = self.live.take() {
-            let s = script::kill(&live.dir, Some(live.pid), self.o.kernel.teardown_grace);
-            if self.quick(&s).await.is_err() {
-                self.stale.push((live.dir, Some(live.pid)));
-            }
-        }
-        self.vacancy = why;
-        self.observed.pid.store(0, Ordering::Relaxed);
-        if let Ok(mut id) = self.observed.id.lock() {
-            id.clear();
+    /// Kill the runner (best effort; kept for later when unreachable).
+    async fn stop(&mut self, live: Live) {
+        let s = script::kill(&live.dir, Some(live.pid), self.o.kernel.teardown_grace);
+        if self.quick(&s).await.is_err() {
+            self.stale.push((live.dir, Some(live.pid)));
         }
     }
 
-    async fn teardown(&mut self) {
-        self.vacate(Vacancy::Reported(String::new())).await;
-        self.reap_stale().await;
-        if self.o.owns_transport {
-            self.o.transport.shutdown().await;
+    fn abandon(&mut self, live: Live) {
+        self.stale.push((live.dir, Some(live.pid)));
+    }
+
+    fn begin(&mut self, sink: Option<mpsc::UnboundedSender<CellEvent>>) {
+        self.displays = Displays::new(self.o.kernel.display.clone(), self.cleaner.clone());
+        self.displays.begin(sink);
+    }
+
+    fn abandon_cell(&mut self) {
+        self.displays = Displays::new(self.o.kernel.display.clone(), self.cleaner.clone());
+    }
+
+    async fn run(&mut self, live: &mut Live, cell: CellRun<'_>) -> Ran<Blob> {
+        self.seq += 1;
+        match self
+            .wait(
+                live,
+                cell.request,
+                cell.timeout,
+                cell.control,
+                cell.authority,
+                cell.tools,
+            )
+            .await
+        {
+            Waited::NotDelivered(why) => Ran::NotDelivered {
+                again: Outcome::Broken(format!("the fresh runner was gone at once ({why})")),
+                vacancy: Vacancy::Untold(StateChange::RemoteGone { why }),
+            },
+            Waited::Transport(detail) => Ran::Lost {
+                detail,
+                on: self.o.transport.describe(),
+            },
+            Waited::Done(outcome, stop, blob) => Ran::Done(outcome, stop, blob),
+            Waited::Tool { .. } => unreachable!("wait() serves tool requests"),
         }
     }
 
-    async fn run(
-        mut self,
-        mut requests: mpsc::UnboundedReceiver<Request>,
-        mut control: mpsc::UnboundedReceiver<Control>,
-    ) {
-        loop {
-            tokio::select! {
-                biased;
-                ctl = control.recv() => match ctl {
-                    Some(Control::Interrupt(tx)) => { let _ = tx.send(false); }
-                    Some(Control::Shutdown(tx)) => {
-                        self.teardown().await;
-                        let _ = tx.send(());
-                        return;
-                    }
-                    None => { self.teardown().await; return; }
-                },
-                req = requests.recv() => match req {
-                    Some(Request::Execute(cell, tx)) => {
-                        self.observed.busy.store(true, Ordering::Relaxed);
-                        let (result, shutdown) = self.execute(cell, &mut control).await;
-                        self.observed.busy.store(false, Ordering::Relaxed);
-                        let _ = tx.send(result);
-                        if let Some(done) = shutdown {
-                            self.teardown().await;
-                            let _ = done.send(());
-                            return;
-                        }
-                    }
-                    None => { self.teardown().await; return; }
-                },
-            }
+    async fn settle(&mut self, _: &mut Live, _: &Outcome, blob: &mut Blob) -> Settled {
+        for d in &blob.displays {
+            self.displays.accept(d.clone());
         }
-    }
-
-    async fn execute(
-        &mut self,
-        mut cell: Cell,
-        control: &mut mpsc::UnboundedReceiver<Control>,
-    ) -> (Result<CellResult, KernelError>, Option<oneshot::Sender<()>>) {
-        let started = Instant::now();
-        let mut info = KernelInfo {
-            backend: self.o.backend.clone(),
-            reused: !self.first,
-            ..KernelInfo::default()
-        };
-        self.first = false;
-        if cell.reset {
-            self.vacate(Vacancy::Reset).await;
-        }
-        let timeout = cell.timeout.or(self.o.kernel.default_timeout);
-        let mut displays = Displays::new(self.o.kernel.display.clone(), self.cleaner.clone());
-        displays.begin(cell.events.take());
-        // A fresh authority for every cell (one without tools refuses
-        // calls with a reason), retired the moment it settles.
-        let tool_set = cell.tools.take();
-        let authority = Authority::new(
-            tool_set.clone(),
-            cell.allow.take(),
-            cell.max_tool_calls.unwrap_or(DEFAULT_MAX_TOOL_CALLS),
-        );
-        let _retire = Retire(authority.clone());
-        let mut retried = false;
-        let (outcome, stop, blob) = loop {
-            if self.live.is_none() {
-                self.vacancy.describe_fresh(&mut info);
-                match self.start().await {
-                    Ok(Started::Live(live)) => self.adopt(live),
-                    Ok(Started::SpawnFailed { dir, why }) => {
-                        let r = self
-                            .oneshot(
-                                &cell.code,
-                                &dir,
-                                &why,
-                                timeout,
-                                info,
-                                &mut displays,
-                                started,
-                            )
-                            .await;
-                        self.vacancy = Vacancy::Reported(format!(
-                            "the remote runner could not start earlier ({why})."
-                        ));
-                        return (Ok(r), None);
-                    }
-                    Err(e) => return (Err(e.into()), None),
-                }
-            }
-            let live = self.live.as_mut().expect("a live runner was just ensured");
-            live.count += 1;
-            self.seq += 1;
-            info.id = live.id.clone();
-            info.pid = Some(live.pid);
-            info.execution_count = live.count;
-            self.observed
-                .execution_count
-                .store(live.count, Ordering::Relaxed);
-            if let Some(started) = cell.started.take() {
-                let _ = started.send(live.count);
-            }
-            let mut request = Frame::new()
-                .with("op", "exec")
-                .with("code", cell.code.as_bytes());
-            if let Some(set) = &tool_set {
-                if !live.tools_sent {
-                    request = request
-                        .with("tools", set.module_source().as_bytes())
-                        .with("tools_max", self.o.kernel.max_tool_payload.to_string());
-                    live.tools_sent = true;
-                }
-            }
-            let tools = tool_set.is_some();
-            match self
-                .wait(request.encode(), timeout, control, &authority, tools)
-                .await
-            {
-                Waited::NotDelivered(why) if !retried => {
-                    retried = true;
-                    self.vacate(Vacancy::RemoteGone(why)).await;
-                }
-                Waited::NotDelivered(why) => {
-                    break (
-                        Outcome::Broken(format!("the fresh runner was gone at once ({why})")),
-                        None,
-                        Blob::default(),
-                    )
-                }
-                Waited::Transport(detail) => {
-                    let r = self.transport_lost(detail, info, started);
-                    return (Ok(r), None);
-                }
-                Waited::Done(outcome, stop, blob) => break (outcome, stop, blob),
-                Waited::Tool { .. } => unreachable!("wait() serves tool requests"),
-            }
-        };
-        let tail = String::from_utf8_lossy(&blob.stderr).into_owned();
+        let tail = String::from_utf8_lossy(&blob.stderr);
         let tail: String = tail
             .chars()
             .rev()
@@ -454,104 +364,56 @@ impl Actor {
             .into_iter()
             .rev()
             .collect();
-        let report = self.report(&outcome, stop, &mut info, &tail, &blob, &mut displays);
-        let shutdown = match outcome {
-            Outcome::ShutDown(tx) => Some(tx),
-            _ => None,
-        };
-        let (report, vacancy) = report;
-        if let Some(Vacancy::Reported(why)) = vacancy {
-            self.vacate(Vacancy::Reported(why)).await;
+        Settled {
+            stderr_tail: tail,
+            breach: None,
         }
-        let finisher = Finisher {
-            output: &self.o.kernel.output,
-            cleaner: &self.cleaner,
-            spill_dir: &self.o.kernel.spill_dir,
-        };
-        let mut r = finisher.finish(
+    }
+
+    fn finish(
+        &mut self,
+        report: Report,
+        info: KernelInfo,
+        started: Instant,
+        blob: Blob,
+    ) -> CellResult {
+        let mut displays = std::mem::replace(
+            &mut self.displays,
+            Displays::new(self.o.kernel.display.clone(), self.cleaner.clone()),
+        );
+        self.finisher().finish(
             report,
             info,
             &blob,
             &mut displays,
             started.elapsed().as_secs_f64(),
-        );
-        r.tool_calls_made = authority.made();
-        (Ok(r), shutdown)
-    }
-
-    fn report(
-        &self,
-        outcome: &Outcome,
-        stop: Option<Stop>,
-        info: &mut KernelInfo,
-        tail: &str,
-        blob: &Blob,
-        displays: &mut Displays,
-    ) -> (Report, Option<Vacancy>) {
-        for d in &blob.displays {
-            displays.accept(d.clone());
-        }
-        if let Some(reply) = &blob.reply {
-            let dropped = reply.int("displays_dropped").unwrap_or(0);
-            displays.runner_dropped(
-                u32::try_from(dropped).unwrap_or(u32::MAX),
-                reply.text("displays_note"),
-            );
-        }
-        let mut r = describe_outcome(
-            outcome,
-            stop,
-            info,
-            self.o.kernel.interrupt_grace,
-            tail,
-            None,
-        );
-        let v = r.vacancy.take();
-        (r, v)
-    }
-
-    /// The connection failed while the cell was out: it may have run, so
-    /// it is never sent again; the kernel counts as dead.
-    fn transport_lost(
-        &mut self,
-        detail: String,
-        mut info: KernelInfo,
-        started: Instant,
-    ) -> CellResult {
-        if let Some(live) = self.live.take() {
-            self.stale.push((live.dir, Some(live.pid)));
-        }
-        self.observed.pid.store(0, Ordering::Relaxed);
-        self.vacancy = Vacancy::Reported(
-            "the connection to the previous remote kernel failed during a cell.".into(),
-        );
-        info.state_lost = true;
-        info.note = Some(format!(
-            "The connection to the remote kernel on {} failed during this cell, so the kernel counts as dead and its state is lost; the next cell starts a fresh kernel.",
-            self.o.transport.describe()
-        ));
-        let report = Report {
-            status: Status::Error,
-            value: None,
-            error: Some(format!(
-                "TransportError: {detail}. The cell may or may not have run; it was not retried."
-            )),
-            traceback: None,
-            hint: None,
-            vacancy: None,
-        };
-        let mut displays = Displays::new(self.o.kernel.display.clone(), self.cleaner.clone());
-        Finisher {
-            output: &self.o.kernel.output,
-            cleaner: &self.cleaner,
-            spill_dir: &self.o.kernel.spill_dir,
-        }
-        .finish(
-            report,
-            info,
-            &Blob::default(),
-            &mut displays,
-            started.elapsed().as_secs_f64(),
         )
+    }
+
+    async fn fallback(
+        &mut self,
+        f: NotStarted,
+        code: &str,
+        timeout: Option<Duration>,
+        info: KernelInfo,
+        started: Instant,
+    ) -> (CellResult, Vacancy) {
+        let r = self
+            .oneshot(code, &f.dir, &f.why, timeout, info, started)
+            .await;
+        (r, Vacancy::Told(StateChange::CouldNotStart { why: f.why }))
+    }
+
+    fn park(&mut self, f: NotStarted) -> Vacancy {
+        // Fail open: the first cell runs one-shot after trying again.
+        self.stale.push((f.dir, None));
+        Vacancy::Told(StateChange::CouldNotStart { why: f.why })
+    }
+
+    async fn teardown(&mut self) {
+        self.reap_stale().await;
+        if self.o.owns_transport {
+            self.o.transport.shutdown().await;
+        }
     }
 }

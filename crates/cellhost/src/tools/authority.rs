@@ -146,22 +146,31 @@ pub(crate) fn refused_no_cell(name: &str) -> String {
     )
 }
 
-/// Install `authority` as the running cell's, returning a guard that
-/// retires it (however the cell ends, even if the caller is dropped).
-pub(crate) fn install(slot: &AuthoritySlot, authority: Arc<Authority>) -> Installed {
-    *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(authority.clone());
+/// Install `authority` as the running cell's (in `slot`, where the
+/// kernel's tool server looks it up; a remote kernel serves its calls
+/// itself and has none), returning a guard that retires it (however the
+/// cell ends, even if the caller is dropped).
+pub(crate) fn install(slot: Option<&AuthoritySlot>, authority: Arc<Authority>) -> Installed {
+    if let Some(slot) = slot {
+        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(authority.clone());
+    }
     Installed {
-        slot: slot.clone(),
+        slot: slot.cloned(),
         authority,
     }
 }
 
 pub(crate) struct Installed {
-    slot: AuthoritySlot,
+    slot: Option<AuthoritySlot>,
     authority: Arc<Authority>,
 }
 
 impl Installed {
+    /// The running cell's authority.
+    pub(crate) fn authority(&self) -> &Arc<Authority> {
+        &self.authority
+    }
+
     /// Retire now and say how many calls reached a tool (counted after
     /// retiring, so none can be added later).
     pub(crate) fn settle(self) -> u64 {
@@ -170,14 +179,15 @@ impl Installed {
     }
 
     fn retire(&self) {
-        let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
-        if slot
-            .as_ref()
-            .is_some_and(|a| Arc::ptr_eq(a, &self.authority))
-        {
-            *slot = None;
+        if let Some(slot) = &self.slot {
+            let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+            if slot
+                .as_ref()
+                .is_some_and(|a| Arc::ptr_eq(a, &self.authority))
+            {
+                *slot = None;
+            }
         }
-        drop(slot);
         self.authority.retire();
     }
 }
@@ -237,7 +247,7 @@ mod tests {
     async fn a_settled_cell_leaves_no_authority_and_cancels_waiters() {
         let slot = AuthoritySlot::default();
         let a = Authority::new(Some(set()), None, 5);
-        let installed = install(&slot, a.clone());
+        let installed = install(Some(&slot), a.clone());
         assert!(slot.lock().unwrap().is_some());
         let waiter = tokio::spawn({
             let a = a.clone();
@@ -248,8 +258,8 @@ mod tests {
         waiter.await.unwrap();
         // A later cell's authority is not removed by an older guard.
         let b = Authority::new(Some(set()), None, 5);
-        let old = install(&slot, a);
-        let new = install(&slot, b.clone());
+        let old = install(Some(&slot), a);
+        let new = install(Some(&slot), b.clone());
         drop(old);
         assert!(slot
             .lock()

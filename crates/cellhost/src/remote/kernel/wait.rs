@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use cellhost_protocol::{CellResult, KernelInfo};
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::result::{parse, Blob, Finisher};
+use super::super::result::{parse, Blob};
 use super::super::script;
 use super::super::transport::ExecOutput;
-use super::{Actor, Waited, MAX_STREAM, QUICK};
-use crate::kernel::{Control, Displays, Exit, Outcome, Stop};
+use super::{Live, RemoteDriver, Waited, MAX_STREAM, QUICK};
+use crate::kernel::{transport_lost, Control, Exit, Outcome, StateChange, Stop};
 use crate::sys::random_hex;
 use crate::tools::request::{self, Admitted, Running};
 use crate::tools::Authority;
@@ -64,19 +64,19 @@ async fn serve_tool(
     }
 }
 
-impl Actor {
+impl RemoteDriver {
     /// Send the cell (`request`, a runner frame) and wait for it: one exec,
     /// plus one more per tool call the cell makes (served here under the
     /// cell's `authority`); interrupts and shutdown are served meanwhile.
     pub(super) async fn wait(
         &mut self,
+        live: &Live,
         request: Vec<u8>,
         timeout: Option<Duration>,
         control: &mut mpsc::UnboundedReceiver<Control>,
         authority: &Arc<Authority>,
         tools: bool,
     ) -> Waited {
-        let live = self.live.as_ref().expect("called with a live runner");
         let (pid, dir, token) = (live.pid, live.dir.clone(), live.token.clone());
         let grace = self.o.kernel.interrupt_grace;
         let mut w = script::Wait {
@@ -292,7 +292,6 @@ impl Actor {
     }
 
     /// Fail open: run the cell in a fresh process in the shipped dir.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn oneshot(
         &mut self,
         code: &str,
@@ -300,7 +299,6 @@ impl Actor {
         why: &str,
         timeout: Option<Duration>,
         mut info: KernelInfo,
-        displays: &mut Displays,
         started: Instant,
     ) -> CellResult {
         info.id = format!("r-oneshot-{}", random_hex(4));
@@ -317,42 +315,43 @@ impl Actor {
             .transport
             .exec(&s, code.as_bytes().to_vec(), deadline)
             .await;
-        let note = format!(
-            "The remote kernel could not start ({why}), so this cell ran one-shot in a fresh process: no state is kept between cells; the next cell tries to start a kernel again."
-        );
         let waited = match out {
             Ok(out) => self.parse_wait(&out, None, None, false, false),
             Err(e) => Waited::Transport(e.to_string()),
         };
-        let mut r = match waited {
+        let (report, blob) = match waited {
             Waited::Done(outcome, stop, blob) => {
-                let (report, _) = self.report(&outcome, stop, &mut info, "", &blob, displays);
-                Finisher {
-                    output: &self.o.kernel.output,
-                    cleaner: &self.cleaner,
-                    spill_dir: &self.o.kernel.spill_dir,
-                }
-                .finish(
-                    report,
-                    info,
-                    &blob,
-                    displays,
-                    started.elapsed().as_secs_f64(),
-                )
+                (self.report(&outcome, stop, &mut info, &blob), blob)
             }
             Waited::Tool { .. } => {
                 self.stale.push((dir.to_owned(), None));
-                self.transport_lost("a one-shot cell cannot call tools".into(), info, started)
+                let on = self.o.transport.describe();
+                let (report, _) =
+                    transport_lost(&mut info, "a one-shot cell cannot call tools", on);
+                (report, Blob::default())
             }
             Waited::Transport(d) | Waited::NotDelivered(d) => {
                 self.stale.push((dir.to_owned(), None));
-                self.transport_lost(d, info, started)
+                let on = self.o.transport.describe();
+                let (report, _) = transport_lost(&mut info, &d, on);
+                (report, Blob::default())
             }
         };
-        r.kernel.note = Some(match r.kernel.note.take() {
-            Some(n) => format!("{note} {n}"),
-            None => note,
-        });
+        let mut displays = std::mem::replace(
+            &mut self.displays,
+            crate::kernel::Displays::new(self.o.kernel.display.clone(), self.cleaner.clone()),
+        );
+        let mut r = self.finisher().finish(
+            report,
+            info,
+            &blob,
+            &mut displays,
+            started.elapsed().as_secs_f64(),
+        );
+        StateChange::CouldNotStart {
+            why: why.to_owned(),
+        }
+        .tell(&mut r.kernel);
         r
     }
 }
