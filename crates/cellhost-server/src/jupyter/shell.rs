@@ -91,19 +91,18 @@ async fn execute(app: &AppState, hub: &HubShared, socket: u64, msg: &Incoming, o
     }
     let req = ExecuteRequest::new(code);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let mut result =
-        match crate::execute::submit(
-            app,
-            hub.id.clone(),
-            hub.id.clone(),
-            req,
-            Some(tx),
-            cellhost::events::FrontEnd::Jupyter,
-        ) {
-            Ok(rx) => rx,
-            // Past the queue bounds (429) or shutting down: an error reply.
-            Err(e) => return failed(out, hub, socket, msg, &e),
-        };
+    let mut result = match crate::execute::submit(
+        app,
+        hub.id.clone(),
+        hub.id.clone(),
+        req,
+        Some(tx),
+        cellhost::events::FrontEnd::Jupyter,
+    ) {
+        Ok(rx) => rx,
+        // Past the queue bounds (429) or shutting down: an error reply.
+        Err(e) => return failed(out, hub, socket, msg, &e),
+    };
     flush(hub, out);
     // The last value's rich repr, sent as the `execute_result` (not as a
     // `display_data`), as IPython's display formatter does.

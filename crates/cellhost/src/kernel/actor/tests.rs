@@ -225,6 +225,7 @@ impl Driver for Fake {
             traceback: report.traceback,
             hint: report.hint,
             displays,
+            value_display: None,
             truncated: Truncated::default(),
             tool_calls_made: 0,
             duration_seconds: 0.0,
