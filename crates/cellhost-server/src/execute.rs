@@ -220,24 +220,32 @@ fn spawn_cell(
     let in_flight = InFlight::enter(state);
     tokio::spawn(run_cell(
         state.clone(),
-        session,
-        owner,
+        Origin {
+            session,
+            owner,
+            client,
+        },
         req,
         cell,
-        client,
         done,
         (in_flight, ticket, admitted),
     ));
     Ok(result)
 }
 
-async fn run_cell(
-    state: AppState,
+/// Whose cell it is: recorded as `session`'s, run in `owner`'s kernel,
+/// sent by `client` (an MCP client's name) when known.
+struct Origin {
     session: String,
     owner: String,
+    client: Option<String>,
+}
+
+async fn run_cell(
+    state: AppState,
+    origin: Origin,
     req: ExecuteRequest,
     cell: Cell,
-    client: Option<String>,
     done: oneshot::Sender<Answer>,
     _held: (
         InFlight,
@@ -245,6 +253,11 @@ async fn run_cell(
         Option<crate::tenant::Admitted>,
     ),
 ) {
+    let Origin {
+        session,
+        owner,
+        client,
+    } = origin;
     let tenant = crate::tenant::tenant_of(&state, &session).map(str::to_owned);
     let started_at = unix_now();
     let mut result = state
