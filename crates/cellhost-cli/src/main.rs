@@ -247,6 +247,21 @@ fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Hosts of kernels mount the workspace volumes in a mount namespace of
+    // their own, so a host that is killed leaves no mount behind. Before
+    // the runtime: a process with threads cannot unshare it.
+    if matches!(
+        cli.command,
+        Command::Serve(_) | Command::Mcp(_) | Command::Run(_)
+    ) && nix::unistd::geteuid().is_root()
+    {
+        if let Err(e) = cellhost::sys::private_mount_namespace() {
+            eprintln!(
+                "cellhost: warning: no private mount namespace ({e}); workspace volumes \
+                 stay mounted if this process is killed (the next start reuses them)"
+            );
+        }
+    }
     // The daemon serves many callers at once; the rest are one-shot.
     let built = match cli.command {
         Command::Serve(_) | Command::Mcp(_) => tokio::runtime::Builder::new_multi_thread()

@@ -14,6 +14,7 @@ mod unix;
 
 pub use death::watch_group;
 pub use fs::private_dir;
+pub use mount::private_mount_namespace;
 pub use random::random_hex;
 pub(crate) use socket::{bind_private_socket, AbortOnDrop};
 pub(crate) use unix::{

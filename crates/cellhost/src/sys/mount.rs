@@ -263,3 +263,44 @@ mod tests {
         assert_eq!(unescape("/x\\"), "/x\\");
     }
 }
+
+/// Move this process into a mount namespace of its own, a slave of the
+/// host's: the host's mounts still appear here, ours never propagate back.
+/// The workspace volumes a host mounts from then on live exactly as long
+/// as it and its kernels: a host that is SIGKILLed leaves none mounted
+/// (the kernel tears the namespace down, the loop devices clear
+/// themselves), and the next start mounts the images again.
+///
+/// Call it before any thread starts: `unshare(CLONE_NEWNS)` implies
+/// `CLONE_FS`, which a multi-threaded process cannot unshare.
+///
+/// # Errors
+/// Not root, or the kernel refused (`unshare` or the propagation change).
+pub fn private_mount_namespace() -> io::Result<()> {
+    // SAFETY: plain syscalls with valid arguments; no memory is shared.
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            "only root has a mount namespace of its own",
+        ));
+    }
+    if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let root = CString::new("/").expect("no NUL");
+    // SAFETY: a NUL-terminated path; null source, type and data are allowed
+    // for a propagation change.
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            root.as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_SLAVE,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
