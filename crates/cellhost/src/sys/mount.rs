@@ -252,18 +252,6 @@ pub(crate) fn unmount_under(dir: &Path) -> usize {
     n
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mountinfo_escapes_are_undone() {
-        assert_eq!(unescape("/a\\040b/c"), "/a b/c");
-        assert_eq!(unescape("/plain"), "/plain");
-        assert_eq!(unescape("/x\\"), "/x\\");
-    }
-}
-
 /// Move this process into a mount namespace of its own, a slave of the
 /// host's: the host's mounts still appear here, ours never propagate back.
 /// The workspace volumes a host mounts from then on live exactly as long
@@ -303,4 +291,16 @@ pub fn private_mount_namespace() -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape("/a\\040b/c"), "/a b/c");
+        assert_eq!(unescape("/plain"), "/plain");
+        assert_eq!(unescape("/x\\"), "/x\\");
+    }
 }
