@@ -38,28 +38,8 @@ pub(crate) struct PipSandbox<'a> {
 /// The bwrap arguments (without the program name).
 pub(crate) fn args(p: &PipSandbox<'_>) -> Vec<OsString> {
     let mut a = Args::default();
-    a.flags(&[
-        "--die-with-parent",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--hostname",
-        "cellhost-pip",
-    ]);
-    match p.drop_to {
-        Some(_) => a.flags(&[
-            "--cap-drop",
-            "ALL",
-            "--cap-add",
-            "CAP_SETUID",
-            "--cap-add",
-            "CAP_SETGID",
-            "--cap-add",
-            "CAP_SETPCAP",
-        ]),
-        None => a.flags(&["--unshare-user"]),
-    }
+    a.namespaces("cellhost-pip");
+    a.identity(p.drop_to.is_some());
     // The same read-only system view as a kernel's, with the host's /etc
     // (pip needs its resolver and certificates; it runs no agent code).
     a.system(SYSTEM);

@@ -58,15 +58,7 @@ pub(crate) struct Plan<'a> {
 /// The bwrap arguments (without the program name).
 pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
     let mut a = Args::default();
-    a.flags(&[
-        "--die-with-parent",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--hostname",
-        "cellhost",
-    ]);
+    a.namespaces("cellhost");
     if !p.strict.network {
         a.flags(&["--unshare-net"]);
     }
@@ -74,19 +66,7 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
         a.push("--block-fd");
         a.push(fd.to_string());
     }
-    match p.setpriv {
-        Some(_) => a.flags(&[
-            "--cap-drop",
-            "ALL",
-            "--cap-add",
-            "CAP_SETUID",
-            "--cap-add",
-            "CAP_SETGID",
-            "--cap-add",
-            "CAP_SETPCAP",
-        ]),
-        None => a.flags(&["--unshare-user"]),
-    }
+    a.identity(p.setpriv.is_some());
     a.system(SYSTEM);
     a.bind("--ro-bind", p.etc, Path::new("/etc"));
     a.flags(&["--dev", "/dev", "--proc", "/proc"]);
@@ -165,6 +145,40 @@ pub(crate) struct Args {
 }
 
 impl Args {
+    /// A sandbox's own pid, ipc, uts and cgroup namespaces, named
+    /// `hostname`, that dies with its parent.
+    pub(crate) fn namespaces(&mut self, hostname: &str) {
+        self.flags(&[
+            "--die-with-parent",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            hostname,
+        ]);
+    }
+
+    /// Who runs inside: with `drops` (root starts it, setpriv then drops
+    /// to the sandbox's uid) every capability but those the drop needs is
+    /// dropped; else a user namespace of its own.
+    pub(crate) fn identity(&mut self, drops: bool) {
+        if drops {
+            self.flags(&[
+                "--cap-drop",
+                "ALL",
+                "--cap-add",
+                "CAP_SETUID",
+                "--cap-add",
+                "CAP_SETGID",
+                "--cap-add",
+                "CAP_SETPCAP",
+            ]);
+        } else {
+            self.flags(&["--unshare-user"]);
+        }
+    }
+
     pub(crate) fn push(&mut self, s: impl Into<OsString>) {
         self.out.push(s.into());
     }
