@@ -205,3 +205,18 @@ async fn a_strict_kernels_mountinfo_names_neither_the_data_dir_nor_the_session()
     m.shutdown().await;
     assert_eq!(leftovers(dir.path()), Vec::<String>::new());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_dropped_without_shutdown_leaves_no_pool_volume_mounted() {
+    common::require_bwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(options(&dir, 64).warm_pool(1)).await;
+    // The handout refills the pool in the background; drop the manager
+    // (no shutdown) with a pooled kernel ready or still starting.
+    assert_eq!(ok(&m, "conv-1", "print(1)").await, "1\n");
+    drop(m);
+    // Its pool's volumes go with it (a refill still starting finds the
+    // manager gone and takes its own).
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+}

@@ -120,6 +120,13 @@ impl Drop for Shared {
     fn drop(&mut self) {
         if self.opts.volumes() {
             let root = self.opts.workspace_root();
+            // Our own pool's volumes first: `unmount_all` keeps the pools
+            // of live hosts, and this process is one.
+            for (_, ws) in self.pool.close() {
+                if let Some(ws) = ws {
+                    workspace::remove_pooled(&root, &ws);
+                }
+            }
             volume::unmount_all(&root, |m| workspace::in_live_pool(&root, m), false);
         }
     }

@@ -138,8 +138,13 @@ pub(super) fn refill(shared: &Arc<Shared>) {
                 }
             }
             let Some(shared) = weak.upgrade() else {
+                // The manager was dropped while this kernel started: its
+                // workspace (a mounted volume) goes with it.
                 if let Ok(k) = spawned {
                     k.shutdown().await;
+                    if let Some(dir) = &ws {
+                        workspace::remove_pooled(&root, dir);
+                    }
                 }
                 return;
             };

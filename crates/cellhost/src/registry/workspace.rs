@@ -67,6 +67,9 @@ pub(crate) fn packages_of_owner(root: &Path, owner: &str, volumes: bool) -> Path
 /// whole volume when it has one).
 pub(crate) fn remove_pooled(root: &Path, dir: &Path) {
     if let Some(vol) = volume::of_workspace(dir) {
+        // Detached first: removing the image leaves its filesystem mounted
+        // (and the loop device attached) for as long as this process lives.
+        crate::sys::mount::unmount_under(vol);
         remove(root, vol);
         return;
     }
