@@ -130,6 +130,13 @@ pub(super) fn refill(shared: &Arc<Shared>) {
             }
         };
         opts.preload.clone_from(&shared.opts.preload);
+        // Removes the pooled workspace (a mounted volume) unless the kernel
+        // reaches the pool, also when this task is dropped halfway (its
+        // runtime shut down during the spawn).
+        let mut unclaimed = Unclaimed {
+            root: root.clone(),
+            dir: ws.clone(),
+        };
         tokio::spawn(async move {
             let spawned = Kernel::spawn(opts).await;
             if spawned.is_err() {
@@ -154,6 +161,7 @@ pub(super) fn refill(shared: &Arc<Shared>) {
                 let leftover = match spawned {
                     Ok(k) if !ready.closed => {
                         pool.spawned.fetch_add(1, Ordering::Relaxed);
+                        unclaimed.claim();
                         ready.kernels.push((k, ws.take()));
                         None
                     }
@@ -179,5 +187,26 @@ pub(super) fn refill(shared: &Arc<Shared>) {
                 pool.filling.fetch_sub(1, Ordering::SeqCst);
             }
         });
+    }
+}
+
+/// A pooled kernel's workspace not (yet) in the pool: removed on drop.
+struct Unclaimed {
+    root: std::path::PathBuf,
+    dir: Option<std::path::PathBuf>,
+}
+
+impl Unclaimed {
+    /// The kernel is in the pool: its workspace is the pool's now.
+    fn claim(&mut self) {
+        self.dir = None;
+    }
+}
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            workspace::remove_pooled(&self.root, &dir);
+        }
     }
 }
