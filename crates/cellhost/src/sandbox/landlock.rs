@@ -36,7 +36,24 @@ pub(crate) fn prepare(network: bool) -> Option<Prepared> {
         .ok()?;
     let created = ruleset.create().ok()?;
     let fd: Option<OwnedFd> = created.into();
-    fd.map(|fd| Prepared { fd })
+    fd.map(|fd| Prepared {
+        fd: above_placements(fd),
+    })
+}
+
+/// The ruleset's fd moved to 64 or above. The child places its pipes and
+/// the seccomp/block fds at small numbers (`sys::child_setup`) before it
+/// enforces the ruleset; a ruleset that happened to get one of those
+/// numbers (a process whose low fds were free) was overwritten there, and
+/// the spawn failed with EBADFD ("not a ruleset").
+fn above_placements(fd: OwnedFd) -> OwnedFd {
+    // SAFETY: fcntl on an fd we own; the duplicate is a fresh fd we then own.
+    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 64) };
+    if high < 0 {
+        return fd;
+    }
+    // SAFETY: `high` was just returned by fcntl and nothing else owns it.
+    unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) }
 }
 
 impl Prepared {
