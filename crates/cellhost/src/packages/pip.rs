@@ -244,18 +244,30 @@ fn command(inst: &Installer, dir: &Path, req: &Request) -> Result<tokio::process
             no_deps,
             pre,
             quiet,
-        } if uv.is_some() => {
+        } => {
+            let by_uv = uv.is_some();
             add("install");
             add("--target");
             add(PACKAGES_AT);
-            add("--python");
-            add(&inst.python.to_string_lossy());
-            add("--cache-dir");
-            add(CACHE_AT);
-            add("--no-progress");
+            if by_uv {
+                add("--python");
+                add(&inst.python.to_string_lossy());
+                add("--cache-dir");
+                add(CACHE_AT);
+                add("--no-progress");
+            } else {
+                add("--no-input");
+                add("--disable-pip-version-check");
+                add("--no-warn-script-location");
+                add("--progress-bar=off");
+            }
             if policy.only_binary {
-                add("--only-binary");
-                add(":all:");
+                if by_uv {
+                    add("--only-binary");
+                    add(":all:");
+                } else {
+                    add("--only-binary=:all:");
+                }
             }
             if let Some(url) = &policy.index_url {
                 add("--index-url");
@@ -265,10 +277,11 @@ fn command(inst: &Installer, dir: &Path, req: &Request) -> Result<tokio::process
                 add("--extra-index-url");
                 add(url);
             }
+            let pre_flag = if by_uv { "--prerelease=allow" } else { "--pre" };
             for (on, flag) in [
                 (*upgrade, "--upgrade"),
                 (*no_deps, "--no-deps"),
-                (*pre, "--prerelease=allow"),
+                (*pre, pre_flag),
                 (*quiet, "-q"),
             ] {
                 if on {
@@ -283,45 +296,6 @@ fn command(inst: &Installer, dir: &Path, req: &Request) -> Result<tokio::process
             add(PACKAGES_AT);
             for n in names {
                 add(n);
-            }
-        }
-        Request::Install {
-            specs,
-            upgrade,
-            no_deps,
-            pre,
-            quiet,
-        } => {
-            add("install");
-            add("--target");
-            add(PACKAGES_AT);
-            add("--no-input");
-            add("--disable-pip-version-check");
-            add("--no-warn-script-location");
-            add("--progress-bar=off");
-            if policy.only_binary {
-                add("--only-binary=:all:");
-            }
-            if let Some(url) = &policy.index_url {
-                add("--index-url");
-                add(url);
-            }
-            for url in &policy.extra_index_urls {
-                add("--extra-index-url");
-                add(url);
-            }
-            for (on, flag) in [
-                (*upgrade, "--upgrade"),
-                (*no_deps, "--no-deps"),
-                (*pre, "--pre"),
-                (*quiet, "-q"),
-            ] {
-                if on {
-                    add(flag);
-                }
-            }
-            for s in specs {
-                add(s);
             }
         }
         Request::List => {
