@@ -136,10 +136,7 @@ async fn mountinfo_shows_no_host_path_no_kernel_id_and_no_session_and_nothing_st
                 "the host's /etc, or a part of it, is mounted: {line}"
             );
             if at == "/etc" || at == "/run/cellhost/kernel" {
-                assert!(
-                    root == "/" && line.contains(" - tmpfs cellhost "),
-                    "{line}"
-                );
+                assert!(root == "/" && line.contains(" - tmpfs cellhost "), "{line}");
             }
         }
     }
@@ -157,7 +154,11 @@ async fn a_strict_kernel_leaves_no_tmpfs_mounted_once_it_is_gone() {
         .collect();
     assert_eq!(staging.len(), 1, "{staging:?}");
     let mounted = mounts_under(k.dir.path());
-    assert_eq!(mounted.len(), 2, "the staging dir and the /etc template: {mounted:?}");
+    assert_eq!(
+        mounted.len(),
+        2,
+        "the staging dir and the /etc template: {mounted:?}"
+    );
     ok(&k, "1").await;
     k.kernel.shutdown().await;
     assert_eq!(mounts_under(k.dir.path()), Vec::<String>::new());
@@ -182,7 +183,10 @@ async fn recovery_detaches_the_staging_tmpfs_a_dead_host_left() {
     let m = KernelManager::start(strict_manager_options(&dir)).await;
     let left = mounts_under(dir.path());
     if !left.is_empty() {
-        std::process::Command::new("umount").arg(&stale).status().unwrap();
+        std::process::Command::new("umount")
+            .arg(&stale)
+            .status()
+            .unwrap();
     }
     assert_eq!(left, Vec::<String>::new());
     assert!(!stale.exists());

@@ -164,8 +164,9 @@ impl Process {
         // A tmpfs of its own under the strict profile (root hosts), so the
         // sandbox's mountinfo shows no host path (`staging.rs`).
         let tmpfs = opts.sandbox.is_strict() && nix::unistd::geteuid().is_root();
-        let staging = super::staging::create(&opts.staging_root, &id, tmpfs)
-            .map_err(io("create the kernel staging dir (a tmpfs under the strict sandbox)"))?;
+        let staging = super::staging::create(&opts.staging_root, &id, tmpfs).map_err(io(
+            "create the kernel staging dir (a tmpfs under the strict sandbox)",
+        ))?;
         let script = staging.join("runner.py");
         let files = RUNNER_FILES
             .iter()

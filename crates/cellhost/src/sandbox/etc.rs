@@ -2,8 +2,9 @@
 //!
 //! The host's `/etc` holds its accounts, its services' configs and, often,
 //! cellhost's own config with the daemon token. The sandbox's `/etc` is a
-//! template dir built once per host process and runtime dir
-//! (`<runtime>/sandbox-etc-<pid>-<start>`, 0755, root-owned) and bound
+//! template dir built per host process and runtime dir while kernels hold
+//! it (`<runtime>/sandbox-etc-<pid>-<start>`, 0755, root-owned; a tmpfs of
+//! its own on a root host, so mountinfo shows no host path) and bound
 //! read-only as one mount: copies of what Python, libc, OpenSSL and common
 //! wheels read from the host's `/etc` ([`FROM_HOST`]: the loader cache, CA
 //! certificates, the time zone, `mime.types`, fontconfig, ...), and links
