@@ -90,7 +90,6 @@ impl Drop for Template {
 /// its own, so the sandbox's mountinfo shows root `/` of a filesystem
 /// named `cellhost` at `/etc`, not the runtime dir.
 pub(crate) fn template(staging_root: &Path) -> io::Result<Arc<Template>> {
-    static BUILT: Mutex<Option<HashMap<PathBuf, Weak<Template>>>> = Mutex::new(None);
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let built = built.get_or_insert_with(HashMap::new);
     if let Some(t) = built.get(staging_root).and_then(Weak::upgrade) {
@@ -115,6 +114,24 @@ pub(crate) fn template(staging_root: &Path) -> io::Result<Arc<Template>> {
     build(&t.dir)?;
     built.insert(staging_root.to_path_buf(), Arc::downgrade(&t));
     Ok(t)
+}
+
+/// The live template of each staging root.
+static BUILT: Mutex<Option<HashMap<PathBuf, Weak<Template>>>> = Mutex::new(None);
+
+/// Detach the template of `staging_root` now (a manager dropped without
+/// shutdown, whose kernels go later): running sandboxes keep their own
+/// mount of it, and the next kernel gets a new one. The dir goes with the
+/// last kernel holding it.
+pub(crate) fn release(staging_root: &Path) {
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let t = built
+        .as_mut()
+        .and_then(|b| b.remove(staging_root))
+        .and_then(|w| w.upgrade());
+    if let Some(t) = t {
+        crate::sys::mount::detach(&t.dir);
+    }
 }
 
 const PREFIX: &str = "sandbox-etc-";
