@@ -87,18 +87,110 @@ async fn the_built_etc_names_the_kernel_and_keeps_python_and_tls_working() {
     assert!(r.value.unwrap().contains("/usr/share/zoneinfo"));
 }
 
+/// Mount points under `dir` in the test's own mount namespace.
+fn mounts_under(dir: &Path) -> Vec<String> {
+    let dir = dir.to_string_lossy().into_owned();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .filter(|l| l.split(' ').nth(4).is_some_and(|m| m.starts_with(&dir)))
+        .map(str::to_owned)
+        .collect()
+}
+
 #[tokio::test]
-async fn mountinfo_shows_no_mount_of_the_hosts_etc_or_any_part_of_it() {
-    let k = strict_kernel().await;
-    let r = ok(&k, "print(open('/proc/self/mountinfo').read())").await;
-    for line in r.stdout.lines().filter(|l| !l.is_empty()) {
-        let f: Vec<&str> = line.split(' ').collect();
-        let root = f[3];
-        assert!(
-            root != "/etc" && !root.starts_with("/etc/"),
-            "the host's /etc, or a part of it, is mounted: {line}"
-        );
+async fn mountinfo_shows_no_host_path_no_kernel_id_and_no_session_and_nothing_stays_mounted() {
+    let dir = tempfile::tempdir().unwrap();
+    // A pooled kernel, handed over to the session, then a fresh one.
+    let m = KernelManager::start(strict_manager_options(&dir).warm_pool(1)).await;
+    let pooled = || m.pooled() == 1;
+    assert!(common::registry::eventually(Duration::from_secs(20), pooled).await);
+    let read = "print(open('/proc/self/mountinfo').read())";
+    let mut seen = vec![run_in(&m, "mount-sess-q7", read).await.stdout];
+    assert_eq!(m.stats().pool_hits, 1);
+    seen.push(run_in(&m, "other-sess-z3", read).await.stdout);
+    let ids: Vec<String> = std::fs::read_dir(dir.path().join("kernels"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("k-"))
+        .collect();
+    assert!(!ids.is_empty());
+    let runtime = dir.path().to_string_lossy().into_owned();
+    for info in &seen {
+        let mut needles = vec![
+            ("the runtime and data dirs", runtime.clone()),
+            ("a session", "mount-sess-q7".into()),
+            ("a session", "other-sess-z3".into()),
+            ("the staging root", "kernels".into()),
+            ("the /etc template", "sandbox-etc".into()),
+        ];
+        needles.extend(ids.iter().map(|id| ("a kernel id", id.clone())));
+        for (what, needle) in needles {
+            assert!(!info.contains(&needle), "mountinfo shows {what}:\n{info}");
+        }
+        for line in info.lines().filter(|l| !l.is_empty()) {
+            let f: Vec<&str> = line.split(' ').collect();
+            let (root, at) = (f[3], f[4]);
+            assert!(
+                root != "/etc" && !root.starts_with("/etc/"),
+                "the host's /etc, or a part of it, is mounted: {line}"
+            );
+            if at == "/etc" || at == "/run/cellhost/kernel" {
+                assert!(root == "/" && line.contains(" - tmpfs cellhost "), "{line}");
+            }
+        }
     }
+    m.shutdown().await;
+    assert_eq!(mounts_under(dir.path()), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_strict_kernel_leaves_no_tmpfs_mounted_once_it_is_gone() {
+    let k = strict_kernel().await;
+    let staging: Vec<PathBuf> = k
+        .staging_dirs()
+        .into_iter()
+        .filter(|d| d.file_name().unwrap().to_string_lossy().starts_with("k-"))
+        .collect();
+    assert_eq!(staging.len(), 1, "{staging:?}");
+    let mounted = mounts_under(k.dir.path());
+    assert_eq!(
+        mounted.len(),
+        2,
+        "the staging dir and the /etc template: {mounted:?}"
+    );
+    ok(&k, "1").await;
+    k.kernel.shutdown().await;
+    assert_eq!(mounts_under(k.dir.path()), Vec::<String>::new());
+    assert!(!staging[0].exists());
+}
+
+#[tokio::test]
+async fn recovery_detaches_the_staging_tmpfs_a_dead_host_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("kernels");
+    std::fs::create_dir_all(&root).unwrap();
+    let stale = root.join("k-0123456789ab");
+    std::fs::create_dir(&stale).unwrap();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "cellhost"])
+        .arg(&stale)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // A host that is gone: pid 1's start time never matches 1.
+    std::fs::write(stale.join(".host"), "1 1").unwrap();
+    let m = KernelManager::start(strict_manager_options(&dir)).await;
+    let left = mounts_under(dir.path());
+    if !left.is_empty() {
+        std::process::Command::new("umount")
+            .arg(&stale)
+            .status()
+            .unwrap();
+    }
+    assert_eq!(left, Vec::<String>::new());
+    assert!(!stale.exists());
+    m.shutdown().await;
 }
 
 #[tokio::test]

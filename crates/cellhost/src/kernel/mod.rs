@@ -21,6 +21,7 @@ mod local;
 mod process;
 pub mod record;
 mod report;
+pub(crate) mod staging;
 mod stream;
 mod wait;
 

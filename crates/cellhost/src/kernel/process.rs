@@ -4,7 +4,7 @@
 //! touches its `Child` or pipes.
 
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -113,6 +113,8 @@ pub(crate) struct Process {
     /// not depend on the runner at all.
     watcher: Option<tokio::process::Child>,
     staging: PathBuf,
+    /// The sandbox's `/etc` template, held while the kernel lives.
+    _etc: Option<std::sync::Arc<crate::sandbox::etc::Template>>,
     /// Serves this process's tool socket (none if it could not be made;
     /// the cells' tool calls then fail with the reason).
     _tools: Option<ToolServer>,
@@ -159,18 +161,12 @@ impl Process {
         let id = format!("k-{}", random_hex(6));
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
         private_dir(&opts.staging_root).map_err(io("create the staging root"))?;
-        let staging = opts.staging_root.join(&id);
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&staging)
-            .map_err(io("create the kernel staging dir"))?;
-        if let Err(err) = super::record::ProcessId::mark_staging(&staging) {
-            let _ = std::fs::remove_dir_all(&staging);
-            return Err(SpawnError::Io {
-                about: "mark the kernel staging dir with its host",
-                err,
-            });
-        }
+        // A tmpfs of its own under the strict profile (root hosts), so the
+        // sandbox's mountinfo shows no host path (`staging.rs`).
+        let tmpfs = opts.sandbox.is_strict() && nix::unistd::geteuid().is_root();
+        let staging = super::staging::create(&opts.staging_root, &id, tmpfs).map_err(io(
+            "create the kernel staging dir (a tmpfs under the strict sandbox)",
+        ))?;
         let script = staging.join("runner.py");
         let files = RUNNER_FILES
             .iter()
@@ -202,7 +198,7 @@ impl Process {
             }) => match crate::egress::proxy::EgressProxy::bind(&staging) {
                 Ok(l) => Some((l, policy.clone())),
                 Err(err) => {
-                    let _ = std::fs::remove_dir_all(&staging);
+                    super::staging::remove(&staging);
                     return Err(SpawnError::Io {
                         about: "create the egress proxy socket",
                         err,
@@ -224,7 +220,7 @@ impl Process {
         {
             Ok(p) => Ok(p),
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&staging);
+                super::staging::remove(&staging);
                 Err(e)
             }
         }
@@ -265,6 +261,7 @@ impl Process {
             landlock,
             block,
             seccomp,
+            etc,
         } = launch::prepare(&launch::Spec {
             id: &id,
             python,
@@ -355,6 +352,7 @@ impl Process {
             _death: death_w,
             watcher,
             staging,
+            _etc: etc,
             _tools: None,
             _egress: None,
             tools_unavailable: None,
@@ -553,7 +551,7 @@ impl Process {
         if let Some(cg) = &self.cgroup {
             cg.kill_and_remove().await;
         }
-        let _ = std::fs::remove_dir_all(&self.staging);
+        super::staging::remove(&self.staging);
     }
 }
 
@@ -564,7 +562,7 @@ impl Drop for Process {
         if self.exited.is_none() {
             sys::signal_group(self.pgid(), Signal::SIGKILL);
         }
-        let _ = std::fs::remove_dir_all(&self.staging);
+        super::staging::remove(&self.staging);
     }
 }
 

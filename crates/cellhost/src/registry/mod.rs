@@ -118,6 +118,11 @@ impl Drop for Shared {
     /// detaches its volumes; only a killed process leaves them mounted
     /// (the next start reuses them).
     fn drop(&mut self) {
+        // The kernels' staging tmpfs mounts and the /etc template's: the
+        // kernels go later (their sandboxes keep their own mounts).
+        let staging = &self.opts.kernel.staging_root;
+        crate::sys::mount::unmount_under(staging);
+        crate::sandbox::etc::release(staging);
         if self.opts.volumes() {
             let root = self.opts.workspace_root();
             // Our own pool's volumes first: `unmount_all` keeps the pools

@@ -121,6 +121,8 @@ fn remove_staging_dir(root: &Path, dir: &Path) -> bool {
     if !meta.is_dir() || (meta.uid() != me.as_raw() && !me.is_root()) {
         return false;
     }
+    // A dead host's staging tmpfs, when it was not in a namespace of its own.
+    crate::sys::mount::detach(dir);
     std::fs::remove_dir_all(dir).is_ok()
 }
 

@@ -2,8 +2,9 @@
 //!
 //! The host's `/etc` holds its accounts, its services' configs and, often,
 //! cellhost's own config with the daemon token. The sandbox's `/etc` is a
-//! template dir built once per host process and runtime dir
-//! (`<runtime>/sandbox-etc-<pid>-<start>`, 0755, root-owned) and bound
+//! template dir built per host process and runtime dir while kernels hold
+//! it (`<runtime>/sandbox-etc-<pid>-<start>`, 0755, root-owned; a tmpfs of
+//! its own on a root host, so mountinfo shows no host path) and bound
 //! read-only as one mount: copies of what Python, libc, OpenSSL and common
 //! wheels read from the host's `/etc` ([`FROM_HOST`]: the loader cache, CA
 //! certificates, the time zone, `mime.types`, fontconfig, ...), and links
@@ -24,7 +25,7 @@ use std::collections::HashMap;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 
 use super::STAGING_IN_SANDBOX;
 
@@ -71,16 +72,28 @@ pub(crate) const STAGING_SUBDIR: &str = "etc";
 /// Largest host file copied (a bigger one is left out).
 const MAX_COPY: u64 = 16 << 20;
 
-/// The template dir for kernels whose staging dirs are under
-/// `staging_root`, built on first use.
-pub(crate) fn template(staging_root: &Path) -> io::Result<PathBuf> {
-    static BUILT: Mutex<Option<HashMap<PathBuf, PathBuf>>> = Mutex::new(None);
+/// A built template dir; removed (its tmpfs detached) when the last
+/// kernel holding it goes.
+pub(crate) struct Template {
+    pub dir: PathBuf,
+}
+
+impl Drop for Template {
+    fn drop(&mut self) {
+        crate::sys::mount::detach(&self.dir);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The template for kernels whose staging dirs are under `staging_root`,
+/// built when no live kernel holds one. On a root host it is a tmpfs of
+/// its own, so the sandbox's mountinfo shows root `/` of a filesystem
+/// named `cellhost` at `/etc`, not the runtime dir.
+pub(crate) fn template(staging_root: &Path) -> io::Result<Arc<Template>> {
     let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
     let built = built.get_or_insert_with(HashMap::new);
-    if let Some(dir) = built.get(staging_root) {
-        if dir.is_dir() {
-            return Ok(dir.clone());
-        }
+    if let Some(t) = built.get(staging_root).and_then(Weak::upgrade) {
+        return Ok(t);
     }
     let runtime = staging_root.parent().unwrap_or(staging_root);
     sweep(runtime);
@@ -90,9 +103,35 @@ pub(crate) fn template(staging_root: &Path) -> io::Result<PathBuf> {
         "{PREFIX}{pid}-{start}-{}",
         crate::kernel::random_hex(4)
     ));
-    build(&dir)?;
-    built.insert(staging_root.to_path_buf(), dir.clone());
-    Ok(dir)
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o755)
+        .create(&dir)?;
+    let t = Arc::new(Template { dir });
+    if nix::unistd::geteuid().is_root() {
+        crate::sys::mount::mount_tmpfs(&t.dir, "mode=0755")?;
+    }
+    build(&t.dir)?;
+    built.insert(staging_root.to_path_buf(), Arc::downgrade(&t));
+    Ok(t)
+}
+
+/// The live template of each staging root.
+static BUILT: Mutex<Option<HashMap<PathBuf, Weak<Template>>>> = Mutex::new(None);
+
+/// Detach the template of `staging_root` now (a manager dropped without
+/// shutdown, whose kernels go later): running sandboxes keep their own
+/// mount of it, and the next kernel gets a new one. The dir goes with the
+/// last kernel holding it.
+pub(crate) fn release(staging_root: &Path) {
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    let t = built
+        .as_mut()
+        .and_then(|b| b.remove(staging_root))
+        .and_then(|w| w.upgrade());
+    if let Some(t) = t {
+        crate::sys::mount::detach(&t.dir);
+    }
 }
 
 const PREFIX: &str = "sandbox-etc-";
@@ -116,6 +155,7 @@ fn sweep(runtime: &Path) {
         };
         let alive = crate::kernel::record::ProcessId { pid, start_time }.is_same_live_process();
         if !alive && e.file_type().is_ok_and(|t| t.is_dir()) {
+            crate::sys::mount::detach(&e.path());
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -257,8 +297,9 @@ mod tests {
     fn the_template_links_every_generated_file_and_copies_no_host_secret() {
         let runtime = tempfile::tempdir().unwrap();
         let staging_root = runtime.path().join("kernels");
-        let dir = template(&staging_root).unwrap();
-        assert_eq!(template(&staging_root).unwrap(), dir, "built once");
+        let t = template(&staging_root).unwrap();
+        let dir = t.dir.clone();
+        assert_eq!(template(&staging_root).unwrap().dir, dir, "built once");
         for name in GENERATED {
             let link = std::fs::read_link(dir.join(name)).unwrap();
             assert!(link.starts_with(STAGING_IN_SANDBOX), "{link:?}");

@@ -42,6 +42,9 @@ pub(crate) struct Launch {
     /// Under bwrap: the read ends of pipes holding the seccomp programs,
     /// placed at [`SECCOMP_FD`], [`SECCOMP_FD`] + 1, ... in the child.
     pub seccomp: Vec<OwnedFd>,
+    /// Under bwrap: the sandbox's `/etc` template, held while the kernel
+    /// lives (the last one gone removes it).
+    pub etc: Option<std::sync::Arc<etc::Template>>,
 }
 
 /// Where the `--block-fd` read end goes in the child.
@@ -151,6 +154,7 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
     };
     let mut block = None;
     let mut seccomp = Vec::new();
+    let mut etc_template = None;
     let (cmd, wrapped, prepared) =
         match s.sandbox {
             Sandbox::None => {
@@ -176,8 +180,9 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
                 }
                 let rlimit_memory = l.memory_bytes.is_some() && !mem_cgroup;
                 seccomp = seccomp_pipes(rlimit_memory)?;
-                let (cmd, prepared) =
+                let (cmd, prepared, etc) =
                     strict_command(s, strict, runner_args, block.is_some(), seccomp.len())?;
+                etc_template = Some(etc);
                 setup.landlock_fd = prepared.as_ref().map(|p| p.raw_fd());
                 (cmd, true, prepared)
             }
@@ -191,6 +196,7 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
         landlock: prepared,
         block,
         seccomp,
+        etc: etc_template,
     })
 }
 
@@ -223,7 +229,14 @@ fn strict_command(
     runner_args: Vec<OsString>,
     blocked: bool,
     seccomp_programs: usize,
-) -> Result<(tokio::process::Command, Option<landlock::Prepared>), SandboxError> {
+) -> Result<
+    (
+        tokio::process::Command,
+        Option<landlock::Prepared>,
+        std::sync::Arc<etc::Template>,
+    ),
+    SandboxError,
+> {
     let bwrap = bwrap::find_program("bwrap").ok_or(SandboxError::BwrapMissing)?;
     let root = nix::unistd::geteuid().is_root();
     // The user the kernel runs as: the configured one when the host is
@@ -299,7 +312,7 @@ fn strict_command(
         tmp_bytes: s.limits.memory_bytes,
         packages: s.packages,
         seccomp_fds: &seccomp_fds,
-        etc: &etc_dir,
+        etc: &etc_dir.dir,
     };
     let mut cmd = tokio::process::Command::new(&bwrap);
     cmd.args(bwrap::args(&plan))
@@ -319,6 +332,7 @@ fn strict_command(
     Ok((
         cmd,
         landlock::prepare(strict.network || strict.egress.is_some()),
+        etc_dir,
     ))
 }
 

@@ -28,7 +28,7 @@
 
 pub(crate) mod bwrap;
 pub(crate) mod cgroup;
-mod etc;
+pub(crate) mod etc;
 mod landlock;
 pub(crate) mod launch;
 mod limits;

@@ -252,6 +252,41 @@ pub(crate) fn unmount_under(dir: &Path) -> usize {
     n
 }
 
+/// Mount a fresh tmpfs at `target` (`nosuid,nodev,noexec`), its source
+/// named `cellhost`: a sandbox's bind of it shows root `/` and that name in
+/// its mountinfo, never a host path.
+pub(crate) fn mount_tmpfs(target: &Path, data: &str) -> io::Result<()> {
+    let (src, dst, fs, opts) = (
+        CString::new("cellhost").expect("no NUL"),
+        cstr(target)?,
+        CString::new("tmpfs").expect("no NUL"),
+        CString::new(data).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+    );
+    // SAFETY: valid NUL-terminated strings.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            dst.as_ptr(),
+            fs.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            opts.as_ptr().cast(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Detach the mount at `path` (lazily, never through a symlink); a path
+/// that is no mount point is left as it is.
+pub(crate) fn detach(path: &Path) {
+    let Ok(c) = cstr(path) else { return };
+    // SAFETY: a valid NUL-terminated path.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) };
+}
+
 /// Move this process into a mount namespace of its own, a slave of the
 /// host's: the host's mounts still appear here, ours never propagate back.
 /// The workspace volumes a host mounts from then on live exactly as long
