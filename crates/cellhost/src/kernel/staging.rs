@@ -38,6 +38,5 @@ pub(crate) fn create(root: &Path, id: &str, tmpfs: bool) -> io::Result<PathBuf> 
 
 /// Detach the dir's tmpfs, if it has one, and remove the dir.
 pub(crate) fn remove(dir: &Path) {
-    mount::detach(dir);
-    let _ = std::fs::remove_dir_all(dir);
+    let _ = mount::remove_dir(dir);
 }

@@ -122,8 +122,7 @@ fn remove_staging_dir(root: &Path, dir: &Path) -> bool {
         return false;
     }
     // A dead host's staging tmpfs, when it was not in a namespace of its own.
-    crate::sys::mount::detach(dir);
-    std::fs::remove_dir_all(dir).is_ok()
+    crate::sys::mount::remove_dir(dir).is_ok()
 }
 
 /// Remove staging dirs under `root` not modified for `max_age`, except

@@ -80,8 +80,7 @@ pub(crate) struct Template {
 
 impl Drop for Template {
     fn drop(&mut self) {
-        crate::sys::mount::detach(&self.dir);
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let _ = crate::sys::mount::remove_dir(&self.dir);
     }
 }
 
@@ -155,8 +154,7 @@ fn sweep(runtime: &Path) {
         };
         let alive = crate::kernel::record::ProcessId { pid, start_time }.is_same_live_process();
         if !alive && e.file_type().is_ok_and(|t| t.is_dir()) {
-            crate::sys::mount::detach(&e.path());
-            let _ = std::fs::remove_dir_all(e.path());
+            let _ = crate::sys::mount::remove_dir(&e.path());
         }
     }
 }

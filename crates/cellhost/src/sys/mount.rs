@@ -137,19 +137,36 @@ pub(crate) fn mount_image(image: &Path, target: &Path, fstype: &str, data: &str)
 }
 
 fn mount_dev(dev: &Path, target: &Path, fstype: &str, data: &str) -> io::Result<()> {
-    let (src, dst, fs, opts) = (
-        cstr(dev)?,
+    mount_fs(
+        &cstr(dev)?,
+        target,
+        fstype,
+        libc::MS_NOSUID | libc::MS_NODEV,
+        data,
+    )
+}
+
+/// `mount(2)` of a filesystem `fstype` from `source` at `target`.
+fn mount_fs(
+    source: &CString,
+    target: &Path,
+    fstype: &str,
+    flags: libc::c_ulong,
+    data: &str,
+) -> io::Result<()> {
+    let invalid = |_| io::Error::from(io::ErrorKind::InvalidInput);
+    let (dst, fs, opts) = (
         cstr(target)?,
-        CString::new(fstype).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
-        CString::new(data).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+        CString::new(fstype).map_err(invalid)?,
+        CString::new(data).map_err(invalid)?,
     );
     // SAFETY: valid NUL-terminated strings.
     let r = unsafe {
         libc::mount(
-            src.as_ptr(),
+            source.as_ptr(),
             dst.as_ptr(),
             fs.as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
+            flags,
             opts.as_ptr().cast(),
         )
     };
@@ -242,9 +259,7 @@ pub(crate) fn unmount_under(dir: &Path) -> usize {
             break;
         }
         for m in found {
-            let Ok(c) = cstr(&m) else { continue };
-            // SAFETY: a valid NUL-terminated path.
-            if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) } == 0 {
+            if detach(&m) {
                 n += 1;
             }
         }
@@ -256,35 +271,23 @@ pub(crate) fn unmount_under(dir: &Path) -> usize {
 /// named `cellhost`: a sandbox's bind of it shows root `/` and that name in
 /// its mountinfo, never a host path.
 pub(crate) fn mount_tmpfs(target: &Path, data: &str) -> io::Result<()> {
-    let (src, dst, fs, opts) = (
-        CString::new("cellhost").expect("no NUL"),
-        cstr(target)?,
-        CString::new("tmpfs").expect("no NUL"),
-        CString::new(data).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
-    );
-    // SAFETY: valid NUL-terminated strings.
-    let r = unsafe {
-        libc::mount(
-            src.as_ptr(),
-            dst.as_ptr(),
-            fs.as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            opts.as_ptr().cast(),
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    let source = CString::new("cellhost").expect("no NUL");
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    mount_fs(&source, target, "tmpfs", flags, data)
 }
 
 /// Detach the mount at `path` (lazily, never through a symlink); a path
-/// that is no mount point is left as it is.
-pub(crate) fn detach(path: &Path) {
-    let Ok(c) = cstr(path) else { return };
+/// that is no mount point is left as it is. True when one was detached.
+pub(crate) fn detach(path: &Path) -> bool {
+    let Ok(c) = cstr(path) else { return false };
     // SAFETY: a valid NUL-terminated path.
-    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) };
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH | libc::UMOUNT_NOFOLLOW) == 0 }
+}
+
+/// Detach `dir`'s own mount, if it has one (a tmpfs), and remove it.
+pub(crate) fn remove_dir(dir: &Path) -> io::Result<()> {
+    detach(dir);
+    std::fs::remove_dir_all(dir)
 }
 
 /// Move this process into a mount namespace of its own, a slave of the
