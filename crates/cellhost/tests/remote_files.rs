@@ -262,6 +262,91 @@ async fn files_survive_a_runner_restart_and_the_quota_holds_on_the_remote_side()
     m.manager.shutdown().await;
 }
 
+/// Cut output of a remote cell: kept in the remote workspace, where the
+/// next cell opens it at the path the note gives and a client downloads
+/// it byte-exact; none of it under the host's runtime dir.
+async fn cut_output_stays_reachable(name: &str, backend: BackendConfig, prune: bool) {
+    let m = remote_manager(name, backend, |o| o).await;
+    let ws = m.manager.workspace("s").unwrap();
+    let r = run(
+        &m,
+        "import sys\nprint('x' * 200_000)\nsys.stderr.write('e' * 120_000)",
+    )
+    .await;
+    assert!(
+        r.truncated.stdout && r.truncated.stderr,
+        "{:?}",
+        r.truncated
+    );
+    let spill = r.truncated.spill_path.clone().expect("a spill path");
+    assert!(
+        spill.contains("cellhost-ws-") && spill.ends_with("/ws/.cellhost/output/cell-1.stdout.txt"),
+        "{spill}"
+    );
+    assert!(
+        r.stdout.contains(&spill),
+        "the marker names the in-kernel path"
+    );
+    assert!(r
+        .stdout
+        .contains("GET /v1/sessions/SESSION/files/.cellhost/output/cell-1.stdout.txt"));
+    let err_path = spill.replace("stdout", "stderr");
+    assert!(
+        r.stderr.contains(&err_path),
+        "stderr's marker names its own file"
+    );
+    let next = run(
+        &m,
+        &format!("(len(open({spill:?}).read()), len(open({err_path:?}).read()))"),
+    )
+    .await;
+    assert_eq!(next.value.as_deref(), Some("(200001, 120000)"), "{next:?}");
+    let mut want = vec![b'x'; 200_000];
+    want.push(b'\n');
+    assert_eq!(
+        get(&ws, ".cellhost/output/cell-1.stdout.txt", None)
+            .await
+            .unwrap(),
+        want,
+        "downloaded byte-exact"
+    );
+    assert_eq!(
+        get(&ws, ".cellhost/output/cell-1.stderr.txt", None)
+            .await
+            .unwrap(),
+        vec![b'e'; 120_000]
+    );
+    let host_spills: Vec<_> = std::fs::read_dir(m.run_dir().join("spill"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        host_spills.is_empty(),
+        "nothing under the runtime dir: {host_spills:?}"
+    );
+    if prune {
+        // Only the newest KEEP spill files stay (cells 2.. spill stdout only).
+        for _ in 0..cellhost::files::SPILL_KEEP {
+            run(&m, "print('y' * 100_000)").await;
+        }
+        let l = ws.list(".cellhost/output", false, 100).await.unwrap();
+        let names: Vec<_> = l.entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names.len(), cellhost::files::SPILL_KEEP, "{names:?}");
+        assert!(!names.contains(&"cell-1.stdout.txt"), "{names:?}");
+        assert!(names.contains(&"cell-22.stdout.txt"), "{names:?}");
+    }
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn cut_output_of_an_ssh_cell_is_readable_next_cell_and_downloadable() {
+    cut_output_stays_reachable("box", ssh(), true).await;
+}
+
+#[tokio::test]
+async fn cut_output_of_a_docker_cell_is_readable_next_cell_and_downloadable() {
+    cut_output_stays_reachable("ctr", docker(), false).await;
+}
+
 #[tokio::test]
 async fn an_image_mode_docker_backend_says_it_has_no_workspace() {
     let m = remote_manager("img", common::remote::docker_image(), |o| o).await;

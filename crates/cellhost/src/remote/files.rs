@@ -513,6 +513,17 @@ impl RemoteWorkspace {
             .map(|_| ())
     }
 
+    /// Keep the full text of a cut stream at `.cellhost/output/<name>`
+    /// (the newest [`spill::KEEP`](crate::files::spill::KEEP) spill files
+    /// stay, as locally). Returns the path relative to the workspace.
+    pub(crate) async fn spill(&self, name: &str, text: &str) -> Result<String, FileError> {
+        let rel = RelPath::parse(&format!("{}/{name}", crate::files::spill::DIR))?;
+        let keep = crate::files::spill::KEEP.to_string();
+        self.control_with("spill", &rel, &[keep], text.as_bytes().to_vec())
+            .await?;
+        Ok(rel.display())
+    }
+
     pub async fn usage(&self) -> Result<u64, FileError> {
         let v = self.control("usage", &RelPath::parse("")?, &[]).await?;
         Ok(v.trim().parse().unwrap_or(0))

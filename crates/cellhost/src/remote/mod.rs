@@ -279,7 +279,8 @@ impl Backends {
         let options = |transport: Arc<dyn Transport>,
                        owns_transport: bool,
                        lease: Option<Lease>,
-                       cwd: Option<String>| {
+                       ws: Option<(String, RemoteWorkspace)>| {
+            let (cwd, workspace) = ws.unzip();
             kernel::RemoteKernelOptions {
                 backend: name.to_owned(),
                 transport,
@@ -287,6 +288,7 @@ impl Backends {
                 common: common.clone(),
                 idle_exit: idle,
                 cwd: p.cwd.map(|c| c.display().to_string()).or(cwd),
+                workspace,
                 kernel: p.kernel.clone(),
                 lease,
             }
@@ -313,7 +315,7 @@ impl Backends {
                 );
                 ws.make_root(Some(policy))
                     .await
-                    .map(Some)
+                    .map(|root| Some((root, ws)))
                     .map_err(|e| {
                         format!(
                             "could not make the session's workspace under the remote temp dir ({e}); check the backend's tmpdir, its python and disk space"
