@@ -105,6 +105,8 @@ async fn an_image_backend_gives_each_kernel_its_own_container_and_a_restart_lose
         "a container restart is reported: {:?}",
         r.kernel
     );
+    // Its workspace volume goes with the session (else it outlives the daemon).
+    m.manager.dispose_owner("s").await;
     m.manager.shutdown().await;
     assert!(
         containers_of_image().is_empty(),

@@ -347,11 +347,90 @@ async fn cut_output_of_a_docker_cell_is_readable_next_cell_and_downloadable() {
     cut_output_stays_reachable("ctr", docker(), false).await;
 }
 
+/// The workspace volumes of the manager whose data dir is `data`.
+fn volumes_of(data: &std::path::Path) -> Vec<String> {
+    let scope = cellhost::remote::short_hash(&data.display().to_string());
+    let out = std::process::Command::new("docker")
+        .args([
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=cellhost.workspace={scope}"),
+        ])
+        .env("DOCKER_HOST", env("DOCKER_HOST"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
 #[tokio::test]
-async fn an_image_mode_docker_backend_says_it_has_no_workspace() {
-    let m = remote_manager("img", common::remote::docker_image(), |o| o).await;
+async fn an_image_mode_docker_session_keeps_its_files_in_a_volume_until_it_is_deleted() {
+    let m = remote_manager("img", common::remote::docker_image(), |o| {
+        o.idle_timeout(Some(std::time::Duration::from_millis(300)))
+    })
+    .await;
+    let data = m.dir.path().join("data");
     let ws = m.manager.workspace("s").unwrap();
-    let e = ws.list("", false, 10).await.unwrap_err();
-    assert!(e.to_string().contains("image mode"), "{e}");
+    // Before the first cell: no container runs, the upload goes to the volume.
+    let w = ws
+        .write(
+            "data/in.txt",
+            &b"uploaded first"[..],
+            WriteLimits::default(),
+        )
+        .await
+        .unwrap();
+    assert!(w.created, "{w:?}");
+    assert_eq!(
+        volumes_of(&data).len(),
+        1,
+        "one labelled volume per session"
+    );
+    let r = run(
+        &m,
+        "import os, socket\nprint(open('data/in.txt').read())\nopen('made.txt','w').write('by cell')\n(os.getcwd(), socket.gethostname())",
+    )
+    .await;
+    assert_eq!(r.stdout.trim(), "uploaded first", "{r:?}");
+    let first = r.value.unwrap();
+    assert!(first.contains("/cellhost-ws/cellhost-ws-"), "{first}");
+    // Cut output goes to the volume too.
+    let r = run(&m, "print('z' * 100_000)").await;
+    let spill = r.truncated.spill_path.expect("spill path");
+    assert!(spill.starts_with("/cellhost-ws/"), "{spill}");
+    // The kernel is reaped (its container removed); a new kernel in a new
+    // container sees the files.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    m.manager.housekeep().await;
+    assert!(m.manager.list().is_empty());
+    let r = run(
+        &m,
+        &format!("import os, socket\n(open('made.txt').read(), len(open({spill:?}).read()), os.getcwd(), socket.gethostname())"),
+    )
+    .await;
+    let v = r.value.unwrap();
+    assert!(v.starts_with("('by cell', 100001, "), "{v}");
+    assert_ne!(
+        v.rsplit(", ").next(),
+        first.rsplit(", ").next(),
+        "a new container: {v} vs {first}"
+    );
+    // Downloaded while no kernel runs, byte-exact.
+    m.manager.housekeep().await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    m.manager.housekeep().await;
+    assert_eq!(get(&ws, "made.txt", None).await.unwrap(), b"by cell");
+    // DELETE of the session removes the volume.
+    m.manager.dispose_owner("s").await;
+    assert_eq!(
+        volumes_of(&data),
+        Vec::<String>::new(),
+        "the volume is gone"
+    );
     m.manager.shutdown().await;
 }

@@ -73,11 +73,13 @@ impl DockerTransport {
     }
 
     /// A transport into `config.container`, or into a container started
-    /// from `config.image` for one kernel.
+    /// from `config.image` for one kernel (with the session's workspace
+    /// volume `volume` mounted, when it has one).
     pub async fn connect(
         config: &DockerConfig,
         timeout: Duration,
         manager: &str,
+        volume: Option<&str>,
     ) -> Result<DockerTransport, ExecError> {
         let (docker, env) = Self::client(config);
         let (container, owned) = match (&config.container, &config.image) {
@@ -89,6 +91,9 @@ impl DockerTransport {
                     "--label".to_owned(),
                     format!("{LABEL}={manager}"),
                 ];
+                if let Some(v) = volume {
+                    args.extend(["--mount".into(), super::dockervol::mount_arg(v)]);
+                }
                 args.extend(
                     config
                         .run_args
