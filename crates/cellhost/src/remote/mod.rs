@@ -157,7 +157,7 @@ impl Backends {
                 config,
                 hosts,
                 fleet,
-            } => (config, hosts[fleet.peek(owner)].clone()),
+            } => (config, hosts[fleet.pin(owner)].clone()),
             Backend::Kubectl(config, t) => (config, t.clone()),
             Backend::Docker(config @ BackendConfig::Docker(d)) => match &d.container {
                 Some(c) => (config, Arc::new(DockerTransport::existing_of(d, c))),
@@ -204,6 +204,11 @@ impl Backends {
         }
         if let Some(ws) = self.workspace(name, owner, None) {
             ws.drop_home(&files::home_key(scope, owner)).await;
+        }
+        if let Some(Backend::Ssh { fleet, .. }) = self.map.get(name) {
+            if crate::owner::session_of(owner) == owner {
+                fleet.unpin(owner);
+            }
         }
     }
 
