@@ -333,6 +333,25 @@ async fn cut_output_stays_reachable(name: &str, backend: BackendConfig, prune: b
         assert_eq!(names.len(), cellhost::files::SPILL_KEEP, "{names:?}");
         assert!(!names.contains(&"cell-1.stdout.txt"), "{names:?}");
         assert!(names.contains(&"cell-22.stdout.txt"), "{names:?}");
+        // `.cellhost` planted as a symlink: the spill is lost, never
+        // written through it.
+        run(
+            &m,
+            "import os, shutil, tempfile\nd = tempfile.mkdtemp()\nshutil.rmtree('.cellhost')\nos.symlink(d, '.cellhost')",
+        )
+        .await;
+        let r = run(&m, "print('w' * 100_000)").await;
+        assert!(
+            r.truncated.stdout && r.truncated.spill_path.is_none(),
+            "{:?}",
+            r.truncated
+        );
+        let r = run(&m, "os.listdir(d)").await;
+        assert_eq!(
+            r.value.as_deref(),
+            Some("[]"),
+            "nothing written through the link"
+        );
     }
     m.manager.shutdown().await;
 }

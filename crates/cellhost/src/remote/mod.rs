@@ -11,8 +11,8 @@
 //! `kubectl.rs` its three clients; `script.rs` the remote commands;
 //! `result.rs` the result blob and the output pipeline; `fleet.rs`
 //! placement on several hosts; `files.rs` the session's remote workspace
-//! and `dockervol.rs` its docker volume in image mode. [`Backends`] holds the configured backends
-//! of one manager.
+//! and `dockervol.rs` its docker volume in image mode. [`Backends`]
+//! holds the configured backends of one manager.
 
 mod docker;
 mod dockervol;
