@@ -418,6 +418,13 @@ async fn an_image_mode_docker_session_keeps_its_files_in_a_volume_until_it_is_de
     assert_eq!(r.stdout.trim(), "uploaded first", "{r:?}");
     let first = r.value.unwrap();
     assert!(first.contains("/cellhost-ws/cellhost-ws-"), "{first}");
+    // While the kernel is up (file ops exec into its container).
+    assert_eq!(get(&ws, "made.txt", None).await.unwrap(), b"by cell");
+    ws.write("up.txt", &b"while up"[..], WriteLimits::default())
+        .await
+        .unwrap();
+    let r = run(&m, "open('up.txt').read()").await;
+    assert_eq!(r.value.as_deref(), Some("'while up'"));
     // Cut output goes to the volume too.
     let r = run(&m, "print('z' * 100_000)").await;
     let spill = r.truncated.spill_path.expect("spill path");

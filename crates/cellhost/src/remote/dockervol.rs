@@ -6,14 +6,16 @@
 //! `cellhost.workspace=<scope>` so a sweep finds a manager's volumes) is
 //! mounted at [`MOUNT`] in every kernel container of the session, and the
 //! workspace helper's base is [`MOUNT`], so the tree inside is the one
-//! other backends have under their temp dir. File operations run in a
-//! short-lived container of the same image on the same volume
+//! other backends have under their temp dir. A file operation runs in a
+//! kernel container of the session that is up (`docker exec -i`), else
+//! in a short-lived container of the same image on the same volume
 //! (`docker run --rm -i … IMAGE sh -c …`, the backend's `run_args` and
-//! `user` too), whether a kernel is running or not: they work before the
-//! first cell and between kernels, and never depend on which kernel
-//! container is alive. Disposing the session removes the volume.
+//! `user` too; about 4× the latency of an exec): so it works before the
+//! first cell and between kernels. An exec that docker could not start
+//! (the container went in between) runs again in a short-lived one.
+//! Disposing the session removes the volume.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -52,23 +54,52 @@ fn client(config: &DockerConfig, args: Vec<String>) -> Client {
     }
 }
 
-/// Volumes known to exist (made by this process), so each is created (and
-/// labelled) once, not before every operation.
+#[derive(Debug, Default)]
+struct Known {
+    /// Volumes known to exist (made by this process), so each is created
+    /// (and labelled) once, not before every operation.
+    made: HashSet<String>,
+    /// Volume -> the kernel containers up with it mounted.
+    up: HashMap<String, Vec<String>>,
+}
+
+/// What this manager knows of its workspace volumes. Cheap to clone.
 #[derive(Debug, Default, Clone)]
-pub struct Made(Arc<Mutex<HashSet<String>>>);
+pub struct Made(Arc<Mutex<Known>>);
 
 impl Made {
+    fn known(&self) -> std::sync::MutexGuard<'_, Known> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
     fn has(&self, v: &str) -> bool {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).contains(v)
+        self.known().made.contains(v)
     }
     fn add(&self, v: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(v.to_owned());
+        self.known().made.insert(v.to_owned());
     }
     fn forget(&self, v: &str) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(v);
+        self.known().made.remove(v);
+    }
+    /// Kernel container `c` is up with volume `v` mounted.
+    pub fn up(&self, v: &str, c: &str) {
+        self.known()
+            .up
+            .entry(v.to_owned())
+            .or_default()
+            .push(c.to_owned());
+    }
+    /// Kernel container `c` is going (called before it is removed).
+    pub fn down(&self, v: &str, c: &str) {
+        let mut k = self.known();
+        if let Some(list) = k.up.get_mut(v) {
+            list.retain(|x| x != c);
+            if list.is_empty() {
+                k.up.remove(v);
+            }
+        }
+    }
+    fn container_of(&self, v: &str) -> Option<String> {
+        self.known().up.get(v).and_then(|l| l.last().cloned())
     }
 }
 
@@ -197,7 +228,19 @@ impl VolumeTransport {
         }
     }
 
-    async fn client_for(&self, script: &str) -> Result<Client, ExecError> {
+    /// `docker exec -i` into a kernel container of the session that is up.
+    fn exec_client(&self, script: &str) -> Option<Client> {
+        let c = self.made.container_of(&self.volume)?;
+        let mut args: Vec<String> = vec!["exec".into(), "-i".into()];
+        if let Some(u) = &self.config.user {
+            args.extend(["-u".into(), u.clone()]);
+        }
+        args.extend([c, "sh".into(), "-c".into(), script.into()]);
+        Some(client(&self.config, args))
+    }
+
+    /// `docker run --rm -i` of a short-lived container on the volume.
+    async fn run_client_for(&self, script: &str) -> Result<Client, ExecError> {
         ensure(
             &self.config,
             &self.made,
@@ -232,9 +275,22 @@ impl Transport for VolumeTransport {
         timeout: Option<Duration>,
     ) -> BoxFuture<'a, Result<ExecOutput, ExecError>> {
         Box::pin(async move {
-            let client = self.client_for(script).await?;
+            // docker itself failed (125-127, or the daemon refused: the
+            // container went or stopped; nothing on stdout): the script
+            // never ran, so it runs again in a container of its own.
+            let failed =
+                |o: &ExecOutput| matches!(o.status, Some(125..=127)) && o.stdout.is_empty();
+            if let Some(client) = self.exec_client(script) {
+                let out = run_client(&client, stdin.clone(), timeout, &self.describe()).await?;
+                let refused = out.stdout.is_empty()
+                    && String::from_utf8_lossy(&out.stderr).contains("Error response from daemon");
+                if !failed(&out) && !refused {
+                    return Ok(out);
+                }
+            }
+            let client = self.run_client_for(script).await?;
             let out = run_client(&client, stdin, timeout, &self.describe()).await?;
-            if matches!(out.status, Some(125..=127)) && out.stdout.is_empty() {
+            if failed(&out) {
                 return Err(ExecError::Failed {
                     what: self.describe(),
                     detail: out.stderr_line(),
@@ -248,7 +304,12 @@ impl Transport for VolumeTransport {
         &'a self,
         script: &'a str,
     ) -> BoxFuture<'a, Result<Option<Client>, ExecError>> {
-        Box::pin(async move { self.client_for(script).await.map(Some) })
+        Box::pin(async move {
+            match self.exec_client(script) {
+                Some(c) => Ok(Some(c)),
+                None => self.run_client_for(script).await.map(Some),
+            }
+        })
     }
 
     fn describe(&self) -> String {

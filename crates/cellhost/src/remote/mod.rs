@@ -396,7 +396,7 @@ impl Backends {
                     }
                     _ => None,
                 };
-                let t = DockerTransport::connect(
+                let mut t = DockerTransport::connect(
                     d,
                     common.transport_timeout(),
                     &self.manager,
@@ -404,6 +404,9 @@ impl Backends {
                 )
                 .await
                 .map_err(|e| err(e.to_string()))?;
+                if let Some(v) = &volume {
+                    t.track(self.volumes.clone(), v.clone());
+                }
                 let t: Arc<dyn Transport> = Arc::new(t);
                 let base = volume.as_ref().map(|_| dockervol::MOUNT);
                 let ws = if owns && volume.is_none() {
