@@ -460,3 +460,39 @@ async fn an_image_mode_docker_session_keeps_its_files_in_a_volume_until_it_is_de
     );
     m.manager.shutdown().await;
 }
+
+#[tokio::test]
+async fn an_image_mode_docker_session_with_a_user_can_write_its_volume() {
+    let uid = std::process::Command::new("id")
+        .args(["-u", &env("CELLHOST_TEST_SSH_USER")])
+        .output()
+        .unwrap();
+    let uid = String::from_utf8_lossy(&uid.stdout).trim().to_owned();
+    let mut backend = common::remote::docker_image();
+    if let BackendConfig::Docker(d) = &mut backend {
+        d.user = Some(uid.clone());
+    }
+    let m = remote_manager("img", backend, |o| o).await;
+    let data = m.dir.path().join("data");
+    let ws = m.manager.workspace("s").unwrap();
+    ws.write("in.txt", &b"for the user"[..], WriteLimits::default())
+        .await
+        .unwrap();
+    let r = run(
+        &m,
+        "import os\n(open('in.txt').read(), os.getuid(), os.stat('in.txt').st_uid)",
+    )
+    .await;
+    assert_eq!(
+        r.value.as_deref(),
+        Some(format!("('for the user', {uid}, {uid})").as_str()),
+        "{r:?}"
+    );
+    m.manager.dispose_owner("s").await;
+    assert_eq!(
+        volumes_of(&data),
+        Vec::<String>::new(),
+        "the volume is gone"
+    );
+    m.manager.shutdown().await;
+}
