@@ -141,8 +141,9 @@ impl Backends {
     }
 
     /// `owner`'s workspace on backend `name` (on a fleet: the host its
-    /// kernel runs on, else the host a new kernel would go to). `None`
-    /// when the backend is not configured or workspaces are off.
+    /// session is pinned to, pinned now to where a new kernel would go
+    /// when it has none; in image mode: the session's docker volume).
+    /// `None` when the backend is not configured or workspaces are off.
     pub fn workspace(
         &self,
         name: &str,
@@ -162,8 +163,9 @@ impl Backends {
             Backend::Docker(config @ BackendConfig::Docker(d)) => match &d.container {
                 Some(c) => (config, Arc::new(DockerTransport::existing_of(d, c))),
                 None => {
-                    // Image mode: the session's volume, through a
-                    // short-lived container (dockervol.rs).
+                    // Image mode: the session's volume, through a kernel
+                    // container that is up or a short-lived one
+                    // (dockervol.rs).
                     base = Some(dockervol::MOUNT.to_owned());
                     let t = dockervol::VolumeTransport::new(
                         d,
