@@ -15,24 +15,29 @@ fn in_container(s: &str) -> String {
     docker_sh(&env("CELLHOST_TEST_DOCKER_CONTAINER"), s)
 }
 
+/// Containers of the test image started by a manager of this test process
+/// (its `cellhost.manager` label begins with our pid): other tests on the
+/// shared dockerd start containers of the image too.
 fn containers_of_image() -> Vec<String> {
     let out = std::process::Command::new("docker")
         .env("DOCKER_HOST", env("DOCKER_HOST"))
         .args([
             "ps",
-            "-aq",
+            "-a",
             "--filter",
             &format!("ancestor={}", env("CELLHOST_TEST_DOCKER_IMAGE")),
+            "--format",
+            "{{.ID}} {{.Label \"cellhost.manager\"}}",
         ])
         .output()
         .unwrap();
-    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+    let ours = format!("{}-", std::process::id());
+    String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(String::from)
-        .collect();
-    let shared = env("CELLHOST_TEST_DOCKER_CONTAINER");
-    ids.into_iter()
-        .filter(|id| !shared.starts_with(id.as_str()))
+        .filter_map(|l| {
+            let (id, label) = l.split_once(' ')?;
+            label.starts_with(&ours).then(|| id.to_owned())
+        })
         .collect()
 }
 
@@ -105,6 +110,8 @@ async fn an_image_backend_gives_each_kernel_its_own_container_and_a_restart_lose
         "a container restart is reported: {:?}",
         r.kernel
     );
+    // Its workspace volume goes with the session (else it outlives the daemon).
+    m.manager.dispose_owner("s").await;
     m.manager.shutdown().await;
     assert!(
         containers_of_image().is_empty(),

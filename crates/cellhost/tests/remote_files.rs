@@ -262,11 +262,237 @@ async fn files_survive_a_runner_restart_and_the_quota_holds_on_the_remote_side()
     m.manager.shutdown().await;
 }
 
-#[tokio::test]
-async fn an_image_mode_docker_backend_says_it_has_no_workspace() {
-    let m = remote_manager("img", common::remote::docker_image(), |o| o).await;
+/// Cut output of a remote cell: kept in the remote workspace, where the
+/// next cell opens it at the path the note gives and a client downloads
+/// it byte-exact; none of it under the host's runtime dir.
+async fn cut_output_stays_reachable(name: &str, backend: BackendConfig, prune: bool) {
+    let m = remote_manager(name, backend, |o| o).await;
     let ws = m.manager.workspace("s").unwrap();
-    let e = ws.list("", false, 10).await.unwrap_err();
-    assert!(e.to_string().contains("image mode"), "{e}");
+    let r = run(
+        &m,
+        "import sys\nprint('x' * 200_000)\nsys.stderr.write('e' * 120_000)",
+    )
+    .await;
+    assert!(
+        r.truncated.stdout && r.truncated.stderr,
+        "{:?}",
+        r.truncated
+    );
+    let spill = r.truncated.spill_path.clone().expect("a spill path");
+    assert!(
+        spill.contains("cellhost-ws-") && spill.ends_with("/ws/.cellhost/output/cell-1.stdout.txt"),
+        "{spill}"
+    );
+    assert!(
+        r.stdout.contains(&spill),
+        "the marker names the in-kernel path"
+    );
+    assert!(r
+        .stdout
+        .contains("GET /v1/sessions/SESSION/files/.cellhost/output/cell-1.stdout.txt"));
+    let err_path = spill.replace("stdout", "stderr");
+    assert!(
+        r.stderr.contains(&err_path),
+        "stderr's marker names its own file"
+    );
+    let next = run(
+        &m,
+        &format!("(len(open({spill:?}).read()), len(open({err_path:?}).read()))"),
+    )
+    .await;
+    assert_eq!(next.value.as_deref(), Some("(200001, 120000)"), "{next:?}");
+    let mut want = vec![b'x'; 200_000];
+    want.push(b'\n');
+    assert_eq!(
+        get(&ws, ".cellhost/output/cell-1.stdout.txt", None)
+            .await
+            .unwrap(),
+        want,
+        "downloaded byte-exact"
+    );
+    assert_eq!(
+        get(&ws, ".cellhost/output/cell-1.stderr.txt", None)
+            .await
+            .unwrap(),
+        vec![b'e'; 120_000]
+    );
+    let host_spills: Vec<_> = std::fs::read_dir(m.run_dir().join("spill"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(
+        host_spills.is_empty(),
+        "nothing under the runtime dir: {host_spills:?}"
+    );
+    if prune {
+        // Only the newest KEEP spill files stay (cells 2.. spill stdout only).
+        for _ in 0..cellhost::files::SPILL_KEEP {
+            run(&m, "print('y' * 100_000)").await;
+        }
+        let l = ws.list(".cellhost/output", false, 100).await.unwrap();
+        let names: Vec<_> = l.entries.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names.len(), cellhost::files::SPILL_KEEP, "{names:?}");
+        assert!(!names.contains(&"cell-1.stdout.txt"), "{names:?}");
+        assert!(names.contains(&"cell-22.stdout.txt"), "{names:?}");
+        // `.cellhost` planted as a symlink: the spill is lost, never
+        // written through it.
+        run(
+            &m,
+            "import os, shutil, tempfile\nd = tempfile.mkdtemp()\nshutil.rmtree('.cellhost')\nos.symlink(d, '.cellhost')",
+        )
+        .await;
+        let r = run(&m, "print('w' * 100_000)").await;
+        assert!(
+            r.truncated.stdout && r.truncated.spill_path.is_none(),
+            "{:?}",
+            r.truncated
+        );
+        let r = run(&m, "os.listdir(d)").await;
+        assert_eq!(
+            r.value.as_deref(),
+            Some("[]"),
+            "nothing written through the link"
+        );
+    }
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn cut_output_of_an_ssh_cell_is_readable_next_cell_and_downloadable() {
+    cut_output_stays_reachable("box", ssh(), true).await;
+}
+
+#[tokio::test]
+async fn cut_output_of_a_docker_cell_is_readable_next_cell_and_downloadable() {
+    cut_output_stays_reachable("ctr", docker(), false).await;
+}
+
+/// The workspace volumes of the manager whose data dir is `data`.
+fn volumes_of(data: &std::path::Path) -> Vec<String> {
+    let scope = cellhost::remote::short_hash(&data.display().to_string());
+    let out = std::process::Command::new("docker")
+        .args([
+            "volume",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("label=cellhost.workspace={scope}"),
+        ])
+        .env("DOCKER_HOST", env("DOCKER_HOST"))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn an_image_mode_docker_session_keeps_its_files_in_a_volume_until_it_is_deleted() {
+    let m = remote_manager("img", common::remote::docker_image(), |o| {
+        o.idle_timeout(Some(std::time::Duration::from_millis(300)))
+    })
+    .await;
+    let data = m.dir.path().join("data");
+    let ws = m.manager.workspace("s").unwrap();
+    // Before the first cell: no container runs, the upload goes to the volume.
+    let w = ws
+        .write(
+            "data/in.txt",
+            &b"uploaded first"[..],
+            WriteLimits::default(),
+        )
+        .await
+        .unwrap();
+    assert!(w.created, "{w:?}");
+    assert_eq!(
+        volumes_of(&data).len(),
+        1,
+        "one labelled volume per session"
+    );
+    let r = run(
+        &m,
+        "import os, socket\nprint(open('data/in.txt').read())\nopen('made.txt','w').write('by cell')\n(os.getcwd(), socket.gethostname())",
+    )
+    .await;
+    assert_eq!(r.stdout.trim(), "uploaded first", "{r:?}");
+    let first = r.value.unwrap();
+    assert!(first.contains("/cellhost-ws/cellhost-ws-"), "{first}");
+    // While the kernel is up (file ops exec into its container).
+    assert_eq!(get(&ws, "made.txt", None).await.unwrap(), b"by cell");
+    ws.write("up.txt", &b"while up"[..], WriteLimits::default())
+        .await
+        .unwrap();
+    let r = run(&m, "open('up.txt').read()").await;
+    assert_eq!(r.value.as_deref(), Some("'while up'"));
+    // Cut output goes to the volume too.
+    let r = run(&m, "print('z' * 100_000)").await;
+    let spill = r.truncated.spill_path.expect("spill path");
+    assert!(spill.starts_with("/cellhost-ws/"), "{spill}");
+    // The kernel is reaped (its container removed); a new kernel in a new
+    // container sees the files.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    m.manager.housekeep().await;
+    assert!(m.manager.list().is_empty());
+    let r = run(
+        &m,
+        &format!("import os, socket\n(open('made.txt').read(), len(open({spill:?}).read()), os.getcwd(), socket.gethostname())"),
+    )
+    .await;
+    let v = r.value.unwrap();
+    assert!(v.starts_with("('by cell', 100001, "), "{v}");
+    assert_ne!(
+        v.rsplit(", ").next(),
+        first.rsplit(", ").next(),
+        "a new container: {v} vs {first}"
+    );
+    // Downloaded while no kernel runs, byte-exact.
+    m.manager.housekeep().await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    m.manager.housekeep().await;
+    assert_eq!(get(&ws, "made.txt", None).await.unwrap(), b"by cell");
+    // DELETE of the session removes the volume.
+    m.manager.dispose_owner("s").await;
+    assert_eq!(
+        volumes_of(&data),
+        Vec::<String>::new(),
+        "the volume is gone"
+    );
+    m.manager.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_image_mode_docker_session_with_a_user_can_write_its_volume() {
+    let uid = std::process::Command::new("id")
+        .args(["-u", &env("CELLHOST_TEST_SSH_USER")])
+        .output()
+        .unwrap();
+    let uid = String::from_utf8_lossy(&uid.stdout).trim().to_owned();
+    let mut backend = common::remote::docker_image();
+    if let BackendConfig::Docker(d) = &mut backend {
+        d.user = Some(uid.clone());
+    }
+    let m = remote_manager("img", backend, |o| o).await;
+    let data = m.dir.path().join("data");
+    let ws = m.manager.workspace("s").unwrap();
+    ws.write("in.txt", &b"for the user"[..], WriteLimits::default())
+        .await
+        .unwrap();
+    let r = run(
+        &m,
+        "import os\n(open('in.txt').read(), os.getuid(), os.stat('in.txt').st_uid)",
+    )
+    .await;
+    assert_eq!(
+        r.value.as_deref(),
+        Some(format!("('for the user', {uid}, {uid})").as_str()),
+        "{r:?}"
+    );
+    m.manager.dispose_owner("s").await;
+    assert_eq!(
+        volumes_of(&data),
+        Vec::<String>::new(),
+        "the volume is gone"
+    );
     m.manager.shutdown().await;
 }

@@ -355,3 +355,40 @@ async fn a_fleet_host_that_cannot_connect_is_skipped_and_backed_off() {
     }
     m.manager.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_fleet_session_runs_on_the_host_its_first_upload_went_to() {
+    let m = remote_manager("fleet", fleet(), |o| {
+        o.idle_timeout(Some(Duration::from_millis(300)))
+    })
+    .await;
+    let server = "import os; os.environ['SSH_CONNECTION'].split()[2]";
+    // The upload comes first: it goes to the least loaded host.
+    let ws = m.manager.workspace("s").unwrap();
+    ws.write(
+        "in.txt",
+        &b"here"[..],
+        cellhost::files::WriteLimits::default(),
+    )
+    .await
+    .unwrap();
+    // Another owner's kernel now makes that host the busier one.
+    let a = m.run("a", server).await.value.unwrap();
+    let r = m
+        .run(
+            "s",
+            "import os\n(open('in.txt').read(), os.environ['SSH_CONNECTION'].split()[2])",
+        )
+        .await;
+    assert_eq!(r.status, Status::Success, "{r:?}");
+    let v = r.value.unwrap();
+    assert_eq!(v, format!("('here', {a})"), "s runs where its file is");
+    // After its kernel is reaped, with loads changed again, it comes back.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    m.manager.housekeep().await;
+    let a2 = m.run("a", server).await.value.unwrap();
+    assert_eq!(a2, a);
+    let r = m.run("s", "open('in.txt').read()").await;
+    assert_eq!(r.value.as_deref(), Some("'here'"), "{r:?}");
+    m.manager.shutdown().await;
+}

@@ -117,9 +117,11 @@ impl SshConfig {
 pub struct DockerConfig {
     /// An existing, running container (name or id).
     pub container: Option<String>,
-    /// Or an image: one container per kernel, removed with it.
+    /// Or an image: one container per kernel, removed with it (the
+    /// session's files live in a docker volume mounted in each).
     pub image: Option<String>,
-    /// Extra `docker run` arguments in image mode (default: `--network none`).
+    /// Extra `docker run` arguments in image mode, for kernel and file-op
+    /// containers (default: `--network none`).
     pub run_args: Option<Vec<String>>,
     /// `docker exec -u`.
     pub user: Option<String>,

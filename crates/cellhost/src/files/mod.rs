@@ -24,6 +24,8 @@ use serde::Serialize;
 
 pub use handle::{ByteReader, FileReader, Opened, Prepare, Workspace, WriteLimits};
 pub use path::RelPath;
+/// Spill files of cut output kept per workspace (older ones are removed).
+pub use spill::KEEP as SPILL_KEEP;
 
 /// Default largest listing (`?recursive=true` stops there, `truncated`).
 pub const DEFAULT_MAX_ENTRIES: usize = 10_000;

@@ -234,7 +234,7 @@ impl<D: Driver> Actor<D> {
                 }
                 Ran::NotDelivered { again, .. } => break (again, None, D::Output::default()),
                 Ran::Lost { detail, on } => {
-                    return (Ok(self.lost(&detail, on, info, started)), None)
+                    return (Ok(self.lost(&detail, on, info, started).await), None)
                 }
                 Ran::Done(outcome, stop, output) => break (outcome, stop, output),
             }
@@ -271,14 +271,14 @@ impl<D: Driver> Actor<D> {
         if let Some(v) = report.vacancy.take() {
             self.vacate(v).await;
         }
-        let mut result = self.driver.finish(report, info, started, output);
+        let mut result = self.driver.finish(report, info, started, output).await;
         result.tool_calls_made = tool_calls_made;
         (Ok(result), shutdown)
     }
 
     /// The connection failed while the cell was out: it may have run, so
     /// it is never sent again; the kernel counts as dead (stopped later).
-    fn lost(
+    async fn lost(
         &mut self,
         detail: &str,
         on: String,
@@ -293,6 +293,7 @@ impl<D: Driver> Actor<D> {
         self.slot = Slot::Vacant(why);
         self.driver
             .finish(report, info, started, D::Output::default())
+            .await
     }
 }
 

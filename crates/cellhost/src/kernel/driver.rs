@@ -137,14 +137,15 @@ pub(crate) trait Driver: Send + 'static {
         outcome: &Outcome,
         output: &mut Self::Output,
     ) -> impl Future<Output = Settled> + Send;
-    /// The cleaned, bounded result.
+    /// The cleaned, bounded result (a remote driver keeps cut output in
+    /// the remote workspace on the way: hence async).
     fn finish(
         &mut self,
         report: Report,
         info: KernelInfo,
         started: Instant,
         output: Self::Output,
-    ) -> CellResult;
+    ) -> impl Future<Output = CellResult> + Send;
     /// Run a cell without a kernel after a failed start; returns the
     /// result and what the next cell is told.
     fn fallback(

@@ -372,7 +372,13 @@ impl Driver for LocalDriver {
     }
 
     /// Turn the captures and the report into the cleaned, bounded result.
-    fn finish(&mut self, report: Report, info: KernelInfo, started: Instant, (): ()) -> CellResult {
+    async fn finish(
+        &mut self,
+        report: Report,
+        info: KernelInfo,
+        started: Instant,
+        (): (),
+    ) -> CellResult {
         let [value, error, traceback, hint] = finish::clean_fields(
             &self.opts.output,
             &self.cleaner,

@@ -68,7 +68,7 @@ pub(crate) fn write_spill(
 }
 
 /// The spill file of `stream` of cell `n` in a workspace.
-fn spill_name(n: u64, stream: &str) -> String {
+pub(crate) fn spill_name(n: u64, stream: &str) -> String {
     format!("cell-{n}.{stream}.txt")
 }
 

@@ -59,6 +59,9 @@ pub struct DockerTransport {
     user: Option<String>,
     /// Started for this kernel: removed at shutdown.
     owned: Mutex<bool>,
+    /// The session's workspace volume mounted here: file operations exec
+    /// into this container while it is up (told when it goes).
+    volume: Option<(super::dockervol::Made, String)>,
 }
 
 impl DockerTransport {
@@ -73,11 +76,13 @@ impl DockerTransport {
     }
 
     /// A transport into `config.container`, or into a container started
-    /// from `config.image` for one kernel.
+    /// from `config.image` for one kernel (with the session's workspace
+    /// volume `volume` mounted, when it has one).
     pub async fn connect(
         config: &DockerConfig,
         timeout: Duration,
         manager: &str,
+        volume: Option<&str>,
     ) -> Result<DockerTransport, ExecError> {
         let (docker, env) = Self::client(config);
         let (container, owned) = match (&config.container, &config.image) {
@@ -89,6 +94,9 @@ impl DockerTransport {
                     "--label".to_owned(),
                     format!("{LABEL}={manager}"),
                 ];
+                if let Some(v) = volume {
+                    args.extend(["--mount".into(), super::dockervol::mount_arg(v)]);
+                }
                 args.extend(
                     config
                         .run_args
@@ -127,6 +135,7 @@ impl DockerTransport {
             container,
             user: config.user.clone(),
             owned: Mutex::new(owned),
+            volume: None,
         })
     }
 
@@ -140,6 +149,7 @@ impl DockerTransport {
             container: container.to_owned(),
             user: config.user.clone(),
             owned: Mutex::new(false),
+            volume: None,
         }
     }
 
@@ -152,6 +162,7 @@ impl DockerTransport {
             container: container.to_owned(),
             user: None,
             owned: Mutex::new(false),
+            volume: None,
         }
     }
 
@@ -172,6 +183,19 @@ impl DockerTransport {
 
     pub fn container(&self) -> &str {
         &self.container
+    }
+
+    /// File operations on `volume` may exec into this container until it
+    /// is shut down or dropped.
+    pub(crate) fn track(&mut self, made: super::dockervol::Made, volume: String) {
+        made.up(&volume, &self.container);
+        self.volume = Some((made, volume));
+    }
+
+    fn untrack(&self) {
+        if let Some((made, v)) = &self.volume {
+            made.down(v, &self.container);
+        }
     }
 }
 
@@ -223,6 +247,7 @@ impl Transport for DockerTransport {
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
+            self.untrack();
             let owned = std::mem::take(&mut *self.owned.lock().unwrap_or_else(|e| e.into_inner()));
             if owned {
                 let client = Client {
@@ -241,6 +266,7 @@ impl Drop for DockerTransport {
     /// A kernel's own container still there (its shutdown never ran):
     /// removed in the background.
     fn drop(&mut self) {
+        self.untrack();
         let owned = std::mem::take(&mut *self.owned.lock().unwrap_or_else(|e| e.into_inner()));
         if owned {
             let _ = std::process::Command::new(&self.docker)

@@ -42,9 +42,6 @@ pub struct RemoteWorkspace {
     quota: Option<u64>,
     /// Bound of each control exec (stat, list, remove).
     timeout: Duration,
-    /// Why this backend has no workspace (an image-mode docker backend:
-    /// its containers go with their kernels).
-    unsupported: Option<String>,
 }
 
 impl std::fmt::Debug for RemoteWorkspace {
@@ -166,22 +163,6 @@ impl RemoteWorkspace {
             key,
             quota,
             timeout,
-            unsupported: None,
-        }
-    }
-
-    /// A handle whose every operation fails with `why`.
-    pub(crate) fn unsupported(transport: Arc<dyn Transport>, why: String) -> RemoteWorkspace {
-        RemoteWorkspace {
-            unsupported: Some(why),
-            ..RemoteWorkspace::new(
-                transport,
-                String::new(),
-                None,
-                String::new(),
-                None,
-                Duration::ZERO,
-            )
         }
     }
 
@@ -215,13 +196,6 @@ impl RemoteWorkspace {
         s
     }
 
-    fn check(&self) -> Result<(), FileError> {
-        match &self.unsupported {
-            Some(why) => Err(remote_err("use the remote workspace", why)),
-            None => Ok(()),
-        }
-    }
-
     /// One control exec; its `OK` payload.
     async fn control(&self, op: &str, rel: &RelPath, args: &[String]) -> Result<String, FileError> {
         self.control_with(op, rel, args, Vec::new()).await
@@ -234,7 +208,6 @@ impl RemoteWorkspace {
         args: &[String],
         stdin: Vec<u8>,
     ) -> Result<String, FileError> {
-        self.check()?;
         let script = self.script(op, &self.key, &rel.display(), args);
         let out = self
             .transport
@@ -245,7 +218,6 @@ impl RemoteWorkspace {
     }
 
     async fn spawn(&self, script: &str) -> Result<tokio::process::Child, FileError> {
-        self.check()?;
         let client: Client = self
             .transport
             .stream_client(script)
@@ -294,9 +266,6 @@ impl RemoteWorkspace {
 
     /// Remove the home of the workspace (`home` key), best effort.
     pub(crate) async fn drop_home(&self, home: &str) {
-        if self.check().is_err() {
-            return;
-        }
         let script = self.script("drop", home, "", &[]);
         let _ = self
             .transport
@@ -511,6 +480,17 @@ impl RemoteWorkspace {
         self.control("rm", rel, &[u8::from(recursive).to_string()])
             .await
             .map(|_| ())
+    }
+
+    /// Keep the full text of a cut stream at `.cellhost/output/<name>`
+    /// (the newest [`spill::KEEP`](crate::files::spill::KEEP) spill files
+    /// stay, as locally). Returns the path relative to the workspace.
+    pub(crate) async fn spill(&self, name: &str, text: &str) -> Result<String, FileError> {
+        let rel = RelPath::parse(&format!("{}/{name}", crate::files::spill::DIR))?;
+        let keep = crate::files::spill::KEEP.to_string();
+        self.control_with("spill", &rel, &[keep], text.as_bytes().to_vec())
+            .await?;
+        Ok(rel.display())
     }
 
     pub async fn usage(&self) -> Result<u64, FileError> {

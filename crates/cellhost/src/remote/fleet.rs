@@ -7,6 +7,14 @@
 //! A [`Lease`] is held by each remote kernel for its whole life; dropping
 //! it gives the slot back (and forgets the owner's host once its last
 //! kernel is gone).
+//!
+//! A session's workspace files live on one host, so the session is
+//! pinned to the host its files first went to (its first upload or its
+//! first kernel, whichever came first): later kernels of the session and
+//! its children go there too, also after its kernels are gone (idle
+//! reaping, eviction). The pin goes with the session's disposal
+//! ([`Fleet::unpin`]) or when its host fails to start a kernel (the
+//! session then moves to a healthy host; its files stay behind).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,6 +31,8 @@ struct State {
     owners: HashMap<String, (usize, usize)>,
     /// When each host last failed to start a kernel.
     failed: Vec<Option<Instant>>,
+    /// Session -> the host its workspace lives on.
+    pins: HashMap<String, usize>,
 }
 
 /// The hosts of one backend and their loads.
@@ -54,6 +64,7 @@ impl Fleet {
                 load: vec![0; n],
                 owners: HashMap::new(),
                 failed: vec![None; n],
+                pins: HashMap::new(),
             }),
             backoff,
         })
@@ -62,9 +73,11 @@ impl Fleet {
     /// Host `host` failed to connect or ship: new owners avoid it for the
     /// backoff.
     pub fn failed(&self, host: usize) {
-        if let Some(f) = self.state().failed.get_mut(host) {
+        let mut s = self.state();
+        if let Some(f) = s.failed.get_mut(host) {
             *f = Some(Instant::now());
         }
+        s.pins.retain(|_, h| *h != host);
     }
 
     /// Host `host` started a kernel: it is healthy again.
@@ -80,8 +93,9 @@ impl Fleet {
 
     /// The host the next kernel of `owner` would go to.
     fn choose(&self, s: &State, owner: &str) -> usize {
-        match s.owners.get(owner) {
-            Some(&(host, _)) => host,
+        let pinned = || s.pins.get(crate::owner::session_of(owner)).copied();
+        match s.owners.get(owner).map(|&(h, _)| h).or_else(pinned) {
+            Some(host) => host,
             None => {
                 // Hosts in backoff only when every host is.
                 let cooling = |i: usize| s.failed[i].is_some_and(|t| t.elapsed() < self.backoff);
@@ -97,10 +111,28 @@ impl Fleet {
         self.choose(&self.state(), owner)
     }
 
-    /// Place one kernel of `owner`.
+    /// The host `owner`'s workspace lives on: its session's pin, made
+    /// now (where a kernel would go) when it has none.
+    pub fn pin(&self, owner: &str) -> usize {
+        let mut s = self.state();
+        let host = self.choose(&s, owner);
+        *s.pins
+            .entry(crate::owner::session_of(owner).to_owned())
+            .or_insert(host)
+    }
+
+    /// Forget `session`'s host (the session was disposed).
+    pub fn unpin(&self, session: &str) {
+        self.state().pins.remove(session);
+    }
+
+    /// Place one kernel of `owner` (and pin its session there).
     pub fn place(self: &Arc<Fleet>, owner: &str) -> Lease {
         let mut s = self.state();
         let host = self.choose(&s, owner);
+        s.pins
+            .entry(crate::owner::session_of(owner).to_owned())
+            .or_insert(host);
         s.load[host] += 1;
         s.owners.entry(owner.to_owned()).or_insert((host, 0)).1 += 1;
         Lease {
@@ -157,6 +189,29 @@ mod tests {
         drop((a1, a2));
         assert_eq!(f.host_of("alice"), None);
         assert_eq!(f.loads().iter().map(|(_, n)| n).sum::<usize>(), 2);
+    }
+
+    #[test]
+    fn a_session_stays_on_its_pinned_host_until_unpinned_or_the_host_fails() {
+        let f = Fleet::new(vec!["a".into(), "b".into()]);
+        assert_eq!(f.pin("s"), 0, "files first: the least loaded host");
+        let other = f.place("o");
+        assert_eq!(other.host, 0, "the pin is no load");
+        let s = f.place("s");
+        assert_eq!(s.host, 0, "the kernel goes where the files are, not to b");
+        let _o2 = f.place("o2");
+        drop(s);
+        let c = f.place(&format!("s{}c", crate::registry::CHILD_SEPARATOR));
+        assert_eq!(c.host, 0, "children and later kernels too");
+        drop(c);
+        f.failed(0);
+        assert_eq!(f.peek("s"), 1, "a failed host loses its pins");
+        f.succeeded(0);
+        f.unpin("s");
+        assert_eq!(f.pin("s"), 0);
+        f.unpin("s");
+        let _x = f.place("x");
+        assert_eq!(f.pin("s"), 1, "unpinned: placed afresh");
     }
 
     #[test]

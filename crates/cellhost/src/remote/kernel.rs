@@ -21,8 +21,9 @@ use base64::Engine;
 use cellhost_protocol::{CellResult, KernelInfo};
 use tokio::sync::mpsc;
 
+use super::files::RemoteWorkspace;
 use super::fleet::Lease;
-use super::result::{Blob, Finisher};
+use super::result::{Blob, Finisher, Pending};
 use super::script;
 use super::transport::{ExecOutput, Transport};
 use crate::config::RemoteCommon;
@@ -53,6 +54,9 @@ pub(crate) struct RemoteKernelOptions {
     pub idle_exit: Duration,
     /// Working dir on the remote side.
     pub cwd: Option<String>,
+    /// The session's remote workspace, when `cwd` is its root: cut output
+    /// is kept there (`.cellhost/output/`), where the next cell opens it.
+    pub workspace: Option<RemoteWorkspace>,
     /// Output and display limits, timeouts, spill dir, secrets to redact.
     pub kernel: KernelOptions,
     /// Fleet placement, released (dropped) with the kernel's actor.
@@ -172,7 +176,33 @@ impl RemoteDriver {
             output: &self.o.kernel.output,
             cleaner: &self.cleaner,
             spill_dir: &self.o.kernel.spill_dir,
+            workspace: self.o.workspace.as_ref().and(self.o.cwd.as_deref()),
         }
+    }
+
+    /// Write the full text of cut streams into the remote workspace (one
+    /// exec each, contents on stdin) and name the first in the result.
+    /// A failed write loses the spill (the marker still names the path),
+    /// as a local kernel's does.
+    async fn keep_spills(&self, (mut r, pending): (CellResult, Pending)) -> CellResult {
+        let (Some(ws), Some(root)) = (&self.o.workspace, &self.o.cwd) else {
+            return r;
+        };
+        for (name, text) in pending {
+            match ws.spill(&name, &text).await {
+                Ok(rel) => {
+                    let path = std::path::Path::new(root).join(rel);
+                    r.truncated
+                        .spill_path
+                        .get_or_insert_with(|| path.display().to_string());
+                }
+                Err(e) => eprintln!(
+                    "cellhost: the full output {name} could not be kept in the remote workspace on {}: {e}",
+                    ws.describe()
+                ),
+            }
+        }
+        r
     }
 
     /// What the report of a one-shot cell needs from its blob.
@@ -370,7 +400,7 @@ impl Driver for RemoteDriver {
         }
     }
 
-    fn finish(
+    async fn finish(
         &mut self,
         report: Report,
         info: KernelInfo,
@@ -381,13 +411,14 @@ impl Driver for RemoteDriver {
             &mut self.displays,
             Displays::new(self.o.kernel.display.clone(), self.cleaner.clone()),
         );
-        self.finisher().finish(
+        let finished = self.finisher().finish(
             report,
             info,
             &blob,
             &mut displays,
             started.elapsed().as_secs_f64(),
-        )
+        );
+        self.keep_spills(finished).await
     }
 
     async fn fallback(

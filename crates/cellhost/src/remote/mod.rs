@@ -10,10 +10,12 @@
 //! `transport.rs` is the exec abstraction; `ssh.rs`, `docker.rs` and
 //! `kubectl.rs` its three clients; `script.rs` the remote commands;
 //! `result.rs` the result blob and the output pipeline; `fleet.rs`
-//! placement on several hosts. [`Backends`] holds the configured backends
-//! of one manager.
+//! placement on several hosts; `files.rs` the session's remote workspace
+//! and `dockervol.rs` its docker volume in image mode. [`Backends`]
+//! holds the configured backends of one manager.
 
 mod docker;
+mod dockervol;
 mod files;
 mod fleet;
 mod kernel;
@@ -73,6 +75,8 @@ pub struct Backends {
     /// never share a session's files. `None`: remote kernels get no
     /// workspace (their cwd is the spec's, else the login dir).
     scope: Option<String>,
+    /// Image-mode docker workspace volumes made by this manager.
+    volumes: dockervol::Made,
 }
 
 /// A backend name that is not configured.
@@ -126,6 +130,7 @@ impl Backends {
             sessions: Arc::default(),
             manager: format!("{}-{}", std::process::id(), crate::sys::random_hex(6)),
             scope: None,
+            volumes: dockervol::Made::default(),
         }
     }
 
@@ -136,8 +141,9 @@ impl Backends {
     }
 
     /// `owner`'s workspace on backend `name` (on a fleet: the host its
-    /// kernel runs on, else the host a new kernel would go to). `None`
-    /// when the backend is not configured or workspaces are off.
+    /// session is pinned to, pinned now to where a new kernel would go
+    /// when it has none; in image mode: the session's docker volume).
+    /// `None` when the backend is not configured or workspaces are off.
     pub fn workspace(
         &self,
         name: &str,
@@ -146,23 +152,30 @@ impl Backends {
     ) -> Option<RemoteWorkspace> {
         let scope = self.scope.as_deref()?;
         let backend = self.map.get(name)?;
+        let mut base = None;
         let (config, transport): (&BackendConfig, Arc<dyn Transport>) = match backend {
             Backend::Ssh {
                 config,
                 hosts,
                 fleet,
-            } => (config, hosts[fleet.peek(owner)].clone()),
+            } => (config, hosts[fleet.pin(owner)].clone()),
             Backend::Kubectl(config, t) => (config, t.clone()),
             Backend::Docker(config @ BackendConfig::Docker(d)) => match &d.container {
                 Some(c) => (config, Arc::new(DockerTransport::existing_of(d, c))),
                 None => {
-                    let t = Arc::new(DockerTransport::existing_of(d, ""));
-                    return Some(RemoteWorkspace::unsupported(
-                        t,
-                        format!(
-                            "backend {name:?} starts a container per kernel (image mode), which goes with its kernel: it has no workspace that files could be kept in; use `container = …` for a workspace"
-                        ),
-                    ));
+                    // Image mode: the session's volume, through a kernel
+                    // container that is up or a short-lived one
+                    // (dockervol.rs).
+                    base = Some(dockervol::MOUNT.to_owned());
+                    let t = dockervol::VolumeTransport::new(
+                        d,
+                        self.volumes.clone(),
+                        scope,
+                        owner,
+                        &self.manager,
+                        config.common().transport_timeout(),
+                    );
+                    (config, Arc::new(t))
                 }
             },
             Backend::Docker(_) => return None,
@@ -171,7 +184,7 @@ impl Backends {
         Some(RemoteWorkspace::new(
             transport,
             common.python.clone(),
-            common.tmpdir.clone(),
+            base.or_else(|| common.tmpdir.clone()),
             files::key_of(scope, owner),
             quota,
             common.transport_timeout(),
@@ -184,8 +197,20 @@ impl Backends {
         let Some(scope) = self.scope.as_deref() else {
             return;
         };
+        if let Some(Backend::Docker(BackendConfig::Docker(d))) = self.map.get(name) {
+            if d.container.is_none() && crate::owner::session_of(owner) == owner {
+                // Image mode: the session's volume holds just its files.
+                dockervol::remove(d, &self.volumes, &dockervol::volume_name(scope, owner)).await;
+                return;
+            }
+        }
         if let Some(ws) = self.workspace(name, owner, None) {
             ws.drop_home(&files::home_key(scope, owner)).await;
+        }
+        if let Some(Backend::Ssh { fleet, .. }) = self.map.get(name) {
+            if crate::owner::session_of(owner) == owner {
+                fleet.unpin(owner);
+            }
         }
     }
 
@@ -279,7 +304,8 @@ impl Backends {
         let options = |transport: Arc<dyn Transport>,
                        owns_transport: bool,
                        lease: Option<Lease>,
-                       cwd: Option<String>| {
+                       ws: Option<(String, RemoteWorkspace)>| {
+            let (cwd, workspace) = ws.unzip();
             kernel::RemoteKernelOptions {
                 backend: name.to_owned(),
                 transport,
@@ -287,16 +313,18 @@ impl Backends {
                 common: common.clone(),
                 idle_exit: idle,
                 cwd: p.cwd.map(|c| c.display().to_string()).or(cwd),
+                workspace,
                 kernel: p.kernel.clone(),
                 lease,
             }
         };
         // The session's workspace on the remote side, made before the
         // runner starts in it (its cwd), unless the spec names a cwd.
-        let workspace_of = |t: &Arc<dyn Transport>| {
+        let workspace_of = |t: &Arc<dyn Transport>, base: Option<&str>| {
             let scope = self.scope.clone();
             let t = t.clone();
-            let (python, tmpdir) = (common.python.clone(), common.tmpdir.clone());
+            let python = common.python.clone();
+            let tmpdir = base.map(str::to_owned).or_else(|| common.tmpdir.clone());
             let timeout = common.transport_timeout();
             let policy = files::policy_json(&p.kernel.packages.policy);
             async move {
@@ -313,7 +341,7 @@ impl Backends {
                 );
                 ws.make_root(Some(policy))
                     .await
-                    .map(Some)
+                    .map(|root| Some((root, ws)))
                     .map_err(|e| {
                         format!(
                             "could not make the session's workspace under the remote temp dir ({e}); check the backend's tmpdir, its python and disk space"
@@ -331,7 +359,7 @@ impl Backends {
                     let host = lease.host;
                     tried[host] = true;
                     let t: Arc<dyn Transport> = hosts[host].clone();
-                    let started = match workspace_of(&t).await {
+                    let started = match workspace_of(&t, None).await {
                         Ok(cwd) => kernel::spawn(options(t, false, Some(lease), cwd)).await,
                         Err(e) => {
                             // Released before the next placement: a
@@ -356,24 +384,44 @@ impl Backends {
                 }
             }
             Backend::Docker(BackendConfig::Docker(d)) => {
-                let t = DockerTransport::connect(d, common.transport_timeout(), &self.manager)
-                    .await
-                    .map_err(|e| err(e.to_string()))?;
                 let owns = d.container.is_none();
+                // Image mode: the container goes with the kernel, the
+                // session's workspace volume stays (dockervol.rs).
+                let volume = match (&self.scope, owns) {
+                    (Some(scope), true) => {
+                        let v = dockervol::volume_name(scope, p.owner);
+                        let timeout = common.transport_timeout();
+                        dockervol::ensure(d, &self.volumes, scope, &v, timeout)
+                            .await
+                            .map_err(|e| err(e.to_string()))?;
+                        Some(v)
+                    }
+                    _ => None,
+                };
+                let mut t = DockerTransport::connect(
+                    d,
+                    common.transport_timeout(),
+                    &self.manager,
+                    volume.as_deref(),
+                )
+                .await
+                .map_err(|e| err(e.to_string()))?;
+                if let Some(v) = &volume {
+                    t.track(self.volumes.clone(), v.clone());
+                }
                 let t: Arc<dyn Transport> = Arc::new(t);
-                // Image mode: the container (and so any workspace in it)
-                // goes with the kernel; no workspace is made.
-                let cwd = if owns {
+                let base = volume.as_ref().map(|_| dockervol::MOUNT);
+                let ws = if owns && volume.is_none() {
                     None
                 } else {
-                    workspace_of(&t).await.map_err(err)?
+                    workspace_of(&t, base).await.map_err(err)?
                 };
-                kernel::spawn(options(t, owns, None, cwd)).await
+                kernel::spawn(options(t, owns, None, ws)).await
             }
             Backend::Docker(c) => Err(err(format!("misconfigured backend {c:?}"))),
             Backend::Kubectl(_, t) => {
                 let t: Arc<dyn Transport> = t.clone();
-                let cwd = workspace_of(&t).await.map_err(err)?;
+                let cwd = workspace_of(&t, None).await.map_err(err)?;
                 kernel::spawn(options(t, false, None, cwd)).await
             }
         }

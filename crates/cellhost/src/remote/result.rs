@@ -80,7 +80,15 @@ pub(crate) struct Finisher<'a> {
     pub output: &'a OutputLimits,
     pub cleaner: &'a Cleaner,
     pub spill_dir: &'a Path,
+    /// The session's remote workspace (the runner's cwd): the full text
+    /// of cut streams goes there (written by the caller, over the
+    /// transport) and the cut markers name it; `None`: into `spill_dir`.
+    pub workspace: Option<&'a str>,
 }
+
+/// Cut streams the caller keeps in the remote workspace: the spill file's
+/// name (`cell-<n>.<stream>.txt`) and the full text.
+pub(crate) type Pending = Vec<(String, String)>;
 
 impl Finisher<'_> {
     pub(crate) fn finish(
@@ -90,7 +98,7 @@ impl Finisher<'_> {
         blob: &Blob,
         displays: &mut Displays,
         seconds: f64,
-    ) -> CellResult {
+    ) -> (CellResult, Pending) {
         let [value, error, traceback, hint] = finish::clean_fields(
             self.output,
             self.cleaner,
@@ -99,11 +107,15 @@ impl Finisher<'_> {
         // Raw spill files of cut streams go here.
         let _ = private_dir(self.spill_dir);
         let tag = super::short_hash(&format!("{}-{}", info.id, info.execution_count));
+        let n = info.execution_count;
         let capture = |bytes: &[u8], total: u64, stream: &str| {
             let mut c = Capture::new(
                 self.output,
                 self.spill_dir.join(format!("remote-{tag}.{stream}.raw")),
             );
+            if let Some(ws) = self.workspace {
+                c.spill_hint(finish::spill_hint(Path::new(ws), n, stream));
+            }
             c.push(bytes);
             // What the remote side cut before sending (its marker is in
             // `bytes`, counted in `total` as the bytes it replaced).
@@ -112,15 +124,26 @@ impl Finisher<'_> {
         };
         let out = capture(&blob.stdout, blob.stdout_total, "stdout");
         let err = capture(&blob.stderr, blob.stderr_total, "stderr");
-        let spill_path = finish::write_spill(
-            self.spill_dir,
-            &info,
-            out.full.as_deref(),
-            err.full.as_deref(),
-        );
+        let mut pending = Pending::new();
+        let spill_path = match self.workspace {
+            Some(_) => {
+                for (stream, full) in [("stdout", &out.full), ("stderr", &err.full)] {
+                    if let Some(text) = full {
+                        pending.push((finish::spill_name(n, stream), text.clone()));
+                    }
+                }
+                None
+            }
+            None => finish::write_spill(
+                self.spill_dir,
+                &info,
+                out.full.as_deref(),
+                err.full.as_deref(),
+            ),
+        };
         let value_display = displays.value_display();
         let (items, dropped, note) = displays.finish();
-        CellResult {
+        let result = CellResult {
             status: report.status,
             stdout: out.text,
             stderr: err.text,
@@ -140,7 +163,8 @@ impl Finisher<'_> {
             tool_calls_made: 0,
             duration_seconds: seconds,
             kernel: info,
-        }
+        };
+        (result, pending)
     }
 }
 

@@ -12,6 +12,9 @@
 # O_NONBLOCK and checked with fstat before a byte is read (a FIFO never
 # blocks, FIFOs/sockets/devices are refused).
 #
+# `spill` writes the full text of a cut stream (on stdin) under
+# .cellhost/output/ and keeps the newest N spill files there.
+#
 # Answers: the last stdout line `OK <json>` or `ERR <code> <message>`;
 # `read` prints `OK <json>\n` and then the bytes.
 import errno
@@ -402,6 +405,54 @@ def op_rm(root, parts, recursive):
     out("OK {}")
 
 
+def op_spill(root, parts, keep):
+    # The full text of a cut stream (stdin) at .cellhost/output/NAME in
+    # the workspace, renamed into place; then only the newest `keep`
+    # cell-* files stay (as a local kernel's spill does).
+    if len(parts) < 2:
+        raise Refused("invalid_path", "name a file under a directory")
+    d = walk(root, parts[:-1], make=True)
+    tmp = ".cellhost-upload-%s" % os.urandom(8).hex()
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=d)
+        try:
+            try:
+                os.fchmod(fd, 0o644)
+                while True:
+                    b = sys.stdin.buffer.read(CHUNK)
+                    if not b:
+                        break
+                    v = memoryview(b)
+                    while v:
+                        v = v[os.write(fd, v):]
+            finally:
+                os.close(fd)
+            os.rename(tmp, parts[-1], src_dir_fd=d, dst_dir_fd=d)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=d)
+            except OSError:
+                pass
+            raise
+        spills = []
+        for n in os.listdir(d):
+            try:
+                st = os.lstat(n, dir_fd=d)
+            except OSError:
+                continue
+            if n.startswith("cell-") and stat.S_ISREG(st.st_mode):
+                spills.append((st.st_mtime_ns, n))
+        spills.sort()
+        for _, n in spills[: max(len(spills) - keep, 0)]:
+            try:
+                os.unlink(n, dir_fd=d)
+            except OSError:
+                pass
+    finally:
+        os.close(d)
+    out("OK {}")
+
+
 def op_drop(base, key):
     # Remove the session's home (KEY's first two parts: scope/session).
     try:
@@ -438,7 +489,7 @@ def main():
         if op == "drop":
             return op_drop(base, key)
         parts = parts_of(rel)
-        make = op in ("root", "write")
+        make = op in ("root", "write", "spill")
         root, path = root_fd(base, key, make)
         if root is None:
             if op == "list" and not parts:
@@ -471,6 +522,8 @@ def main():
                 op_list(root, parts, args[0] == "1", int(args[1]))
             elif op == "rm":
                 op_rm(root, parts, args[0] == "1")
+            elif op == "spill":
+                op_spill(root, parts, int(args[0]))
             elif op == "usage":
                 out("OK %d" % usage(root))
             else:

@@ -214,7 +214,7 @@ impl Driver for Fake {
         Settled::default()
     }
 
-    fn finish(&mut self, report: Report, info: KernelInfo, _: Instant, (): ()) -> CellResult {
+    async fn finish(&mut self, report: Report, info: KernelInfo, _: Instant, (): ()) -> CellResult {
         let (displays, _, _) = self.displays.finish();
         CellResult {
             status: report.status,
@@ -251,7 +251,7 @@ impl Driver for Fake {
             hint: None,
             vacancy: None,
         };
-        let mut r = self.finish(report, info, Instant::now(), ());
+        let mut r = self.finish(report, info, Instant::now(), ()).await;
         let change = StateChange::CouldNotStart { why };
         change.tell(&mut r.kernel);
         (r, Vacancy::Told(change))

@@ -341,13 +341,14 @@ impl RemoteDriver {
             &mut self.displays,
             crate::kernel::Displays::new(self.o.kernel.display.clone(), self.cleaner.clone()),
         );
-        let mut r = self.finisher().finish(
+        let finished = self.finisher().finish(
             report,
             info,
             &blob,
             &mut displays,
             started.elapsed().as_secs_f64(),
         );
+        let mut r = self.keep_spills(finished).await;
         StateChange::CouldNotStart {
             why: why.to_owned(),
         }
