@@ -38,14 +38,20 @@ pub struct Fleet {
 pub struct Lease {
     fleet: Arc<Fleet>,
     owner: String,
+    /// Index of the host in the fleet's host list.
     pub host: usize,
 }
 
 impl Fleet {
+    /// A fleet of `hosts` (ssh destinations, in `[[backends]]` order;
+    /// placement indexes into them), none loaded, with the
+    /// [`FAILED_HOST_BACKOFF`].
     pub fn new(hosts: Vec<String>) -> Arc<Fleet> {
         Fleet::with_backoff(hosts, FAILED_HOST_BACKOFF)
     }
 
+    /// As [`Fleet::new`], with new owners avoiding a failed host for
+    /// `backoff` instead.
     pub fn with_backoff(hosts: Vec<String>, backoff: Duration) -> Arc<Fleet> {
         let n = hosts.len();
         Arc::new(Fleet {
