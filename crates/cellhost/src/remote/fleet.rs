@@ -43,9 +43,9 @@ pub struct Lease {
 }
 
 impl Fleet {
-    /// A fleet of `hosts` (ssh destinations, in `[[backends]]` order;
+    /// A fleet of `hosts` (ssh destinations, in the backend's `hosts` order;
     /// placement indexes into them), none loaded, with the
-    /// [`FAILED_HOST_BACKOFF`].
+    /// default backoff (`FAILED_HOST_BACKOFF`, 60 s).
     pub fn new(hosts: Vec<String>) -> Arc<Fleet> {
         Fleet::with_backoff(hosts, FAILED_HOST_BACKOFF)
     }

@@ -22,10 +22,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[derive(Debug, Clone, Default)]
 pub struct ExecOutput {
     /// The client's stdout (the remote script's), capped at
-    /// [`MAX_CLIENT_STDOUT`] bytes; the rest is read and dropped.
+    /// `MAX_CLIENT_STDOUT` (64 MiB); the rest is read and dropped.
     pub stdout: Vec<u8>,
     /// The client's stderr (the script's and the client's own messages),
-    /// capped at [`MAX_CLIENT_STDERR`] bytes.
+    /// capped at `MAX_CLIENT_STDERR` (1 MiB).
     pub stderr: Vec<u8>,
     /// Exit status of the client; `None` when it was killed by a signal.
     pub status: Option<i32>,
