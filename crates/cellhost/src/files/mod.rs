@@ -35,7 +35,8 @@ pub enum FileError {
     /// over-long) or passes through a symlink, which is never followed.
     #[error("invalid path {path:?}: {why}")]
     InvalidPath {
-        /// The path as the client gave it, cut to 200 characters.
+        /// The path as the client gave it (cut to 200 characters) when it
+        /// is malformed; normalized (`a/b`) when a symlink was met.
         path: String,
         /// Why it was refused, phrased to follow "invalid path …: ".
         why: String,
@@ -81,7 +82,8 @@ pub enum FileError {
         /// The quota, MiB (rounded down).
         quota_mib: u64,
         /// MiB already used by the workspace (rounded down), not counting
-        /// the file the upload replaces.
+        /// the file the upload replaces; the quota itself when the
+        /// workspace's volume filled up.
         used_mib: u64,
     },
     /// `too_large`: the upload body passed `[files] max_upload_mib`; the
