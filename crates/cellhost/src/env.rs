@@ -78,8 +78,9 @@ impl ChildEnv {
     }
 
     /// As [`ChildEnv::from_host`], from `vars` instead of the daemon's
-    /// own environment. Names that are not UTF-8 are dropped; a secret
-    /// value that is not UTF-8 is dropped and not remembered.
+    /// own environment. Names that are not UTF-8 are dropped. A
+    /// secret-named value that is not UTF-8 is not remembered for
+    /// redaction (it is still passed when named in `passthrough`).
     pub fn from_vars(
         vars: impl IntoIterator<Item = (OsString, OsString)>,
         passthrough: &[String],
