@@ -112,7 +112,8 @@ impl Interpreter {
     }
 
     /// The executable to spawn: a native binary (or a venv's symlink to
-    /// one), absolute unless made with [`Interpreter::from_path`].
+    /// one, kept so the venv's site-packages stay importable), or the path
+    /// given to [`Interpreter::from_path`] unchecked.
     pub fn path(&self) -> &Path {
         &self.path
     }
