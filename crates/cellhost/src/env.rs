@@ -54,6 +54,8 @@ fn is_allowed(name: &str) -> bool {
 /// The environment of a kernel process and the secrets to redact.
 #[derive(Debug, Clone, Default)]
 pub struct ChildEnv {
+    /// The variables the kernel starts with, in host order: allow-listed,
+    /// non-secret names plus the operator's passthrough names.
     pub vars: Vec<(OsString, OsString)>,
     /// Values of secret-named host variables (scrubbed or passed through):
     /// redacted wherever they appear in output.
@@ -75,6 +77,10 @@ impl ChildEnv {
         Self::from_vars(std::env::vars_os(), passthrough)
     }
 
+    /// As [`ChildEnv::from_host`], from `vars` instead of the daemon's
+    /// own environment. Names that are not UTF-8 are dropped. A
+    /// secret-named value that is not UTF-8 is not remembered for
+    /// redaction (it is still passed when named in `passthrough`).
     pub fn from_vars(
         vars: impl IntoIterator<Item = (OsString, OsString)>,
         passthrough: &[String],

@@ -34,8 +34,11 @@ pub const DEFAULT_WATCHER_BUFFER: usize = 256;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FrontEnd {
+    /// The daemon's HTTP API (`POST /v1/sessions/{session}/execute`).
     Http,
+    /// An MCP client (the `execute` tool).
     Mcp,
+    /// A Jupyter client over the daemon's kernel WebSocket.
     Jupyter,
     /// A program using the library directly (also `cellhost run`).
     #[default]
@@ -43,6 +46,8 @@ pub enum FrontEnd {
 }
 
 impl FrontEnd {
+    /// The name in events and metrics: `http`, `mcp`, `jupyter`,
+    /// `library` (as serialized).
     pub fn as_str(self) -> &'static str {
         match self {
             FrontEnd::Http => "http",
@@ -77,6 +82,8 @@ pub enum KernelChange {
 }
 
 impl KernelChange {
+    /// The `change` of a `kernel` event: the variant's name in lowercase
+    /// (as serialized).
     pub fn as_str(self) -> &'static str {
         match self {
             KernelChange::Spawned => "spawned",
@@ -96,6 +103,8 @@ impl KernelChange {
 /// JSON `data:`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionEvent {
+    /// The session's event id: 1, 2, … per session (starting over once a
+    /// closed session is forgotten); 0 for `dropped`.
     pub id: u64,
     /// `cell_started`, `stdout`, `stderr`, `display`, `cell_finished`,
     /// `kernel` or `dropped`.

@@ -21,12 +21,29 @@ pub struct Interpreter {
 /// Why no usable interpreter was found.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum InterpreterError {
+    /// A bare name (`python3`) matched no executable file in any `PATH`
+    /// directory.
     #[error("no `{name}` found on PATH; install Python 3.8+ or pass --python PATH")]
-    NotOnPath { name: String },
+    NotOnPath {
+        /// The name looked up.
+        name: String,
+    },
+    /// The path (or what `PATH` gave) is missing or has no execute bit.
     #[error("python interpreter {path} does not exist or is not executable; pass --python PATH")]
-    NotExecutable { path: PathBuf },
+    NotExecutable {
+        /// The absolute path checked.
+        path: PathBuf,
+    },
+    /// A script (a pyenv or asdf shim) was run to learn its
+    /// `sys.executable`, and that failed: it could not be started, exited
+    /// non-zero, or printed no executable path.
     #[error("failed to ask {path} for its real executable: {reason}")]
-    Probe { path: PathBuf, reason: String },
+    Probe {
+        /// The script that was run.
+        path: PathBuf,
+        /// What went wrong (the OS error, or its exit status and stderr).
+        reason: String,
+    },
 }
 
 impl Interpreter {
@@ -94,6 +111,9 @@ impl Interpreter {
         Interpreter { path: path.into() }
     }
 
+    /// The executable to spawn: a native binary (or a venv's symlink to
+    /// one, kept so the venv's site-packages stay importable), or the path
+    /// given to [`Interpreter::from_path`] unchecked.
     pub fn path(&self) -> &Path {
         &self.path
     }

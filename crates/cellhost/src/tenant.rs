@@ -63,16 +63,24 @@ impl Caller {
 /// Limits of one tenant (`None`: unlimited).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TenantLimits {
+    /// Most live kernels at once; a cell that would start another is
+    /// refused (HTTP 429).
     pub max_kernels: Option<usize>,
+    /// Most sessions with live kernels at once; a cell of another session
+    /// is refused (429).
     pub max_sessions: Option<usize>,
+    /// Most cells started in any 60 seconds (429 past it).
     pub max_cells_per_minute: Option<u32>,
 }
 
 /// One configured tenant.
 #[derive(Debug, Clone)]
 pub struct Tenant {
+    /// The `[[tenants]] name`: the prefix of its owner keys (before
+    /// [`SEPARATOR`]).
     pub name: Arc<str>,
     digest: [u8; 32],
+    /// Its `[[tenants]]` limits.
     pub limits: TenantLimits,
 }
 
@@ -83,6 +91,8 @@ pub struct Tenants {
 }
 
 impl Tenants {
+    /// The tenants of validated `[[tenants]]` entries, in config order;
+    /// only each token's SHA-256 is kept.
     pub fn new(config: &[TenantConfig]) -> Tenants {
         Tenants {
             list: config
@@ -100,10 +110,12 @@ impl Tenants {
         }
     }
 
+    /// No tenants configured: every caller that gets in is the admin.
     pub fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
+    /// The tenants, in config order.
     pub fn iter(&self) -> impl Iterator<Item = &Tenant> {
         self.list.iter()
     }
@@ -128,6 +140,7 @@ impl Tenants {
         found
     }
 
+    /// The tenant called `name` (exact match).
     pub fn get(&self, name: &str) -> Option<&Tenant> {
         self.list.iter().find(|t| &*t.name == name)
     }

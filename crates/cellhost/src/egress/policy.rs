@@ -22,7 +22,11 @@ pub struct EgressPolicy {
 /// An address range, `10.0.0.0/8` or `::1/128`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cidr {
+    /// The network address; bits past the prefix are ignored when
+    /// matching.
     pub addr: IpAddr,
+    /// Prefix length: at most 32 for IPv4, 128 for IPv6 (checked by
+    /// `FromStr`; 0 matches every address of the family).
     pub bits: u8,
 }
 
@@ -43,6 +47,9 @@ impl std::str::FromStr for Cidr {
 }
 
 impl Cidr {
+    /// `ip` lies in this range. An IPv4 address is never in an IPv6
+    /// range nor the other way round (`::ffff:a.b.c.d` is not matched by
+    /// an IPv4 range).
     pub fn contains(&self, ip: IpAddr) -> bool {
         let to_bits = |ip: IpAddr| -> (u128, u8) {
             match ip {

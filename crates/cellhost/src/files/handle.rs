@@ -56,7 +56,9 @@ pub struct WriteLimits {
 /// A path opened for reading.
 #[derive(Debug)]
 pub enum Opened {
+    /// A regular file, ready to stream.
     File(FileReader),
+    /// A directory (to be listed, not read).
     Dir,
 }
 
@@ -64,6 +66,7 @@ pub enum Opened {
 #[derive(Debug)]
 pub struct FileReader {
     source: Source,
+    /// Bytes, as of the open.
     pub size: u64,
     /// Seconds since the epoch.
     pub modified: f64,

@@ -33,32 +33,80 @@ pub const DEFAULT_MAX_ENTRIES: usize = 10_000;
 /// Why a workspace operation failed. [`FileError::code`] is the API's code.
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
+    /// `invalid_path`: the path is malformed (absolute, `.`/`..`, NUL,
+    /// over-long) or passes through a symlink, which is never followed.
     #[error("invalid path {path:?}: {why}")]
-    InvalidPath { path: String, why: String },
+    InvalidPath {
+        /// The path as the client gave it (cut to 200 characters) when it
+        /// is malformed; normalized (`a/b`) when a symlink was met.
+        path: String,
+        /// Why it was refused, phrased to follow "invalid path …: ".
+        why: String,
+    },
+    /// `not_found`: nothing exists at the path.
     #[error("{path:?} does not exist in the workspace; list the workspace to see its files")]
-    NotFound { path: String },
+    NotFound {
+        /// Relative to the workspace root (`a/b/c`).
+        path: String,
+    },
+    /// `is_a_directory`: a file was wanted (read, upload target) but the
+    /// path is a directory, or a directory to remove is not empty.
     #[error("{path:?} is a directory{hint}")]
-    IsADirectory { path: String, hint: &'static str },
+    IsADirectory {
+        /// Relative to the workspace root; empty for the root itself.
+        path: String,
+        /// What to do instead, appended to the message as is (starts with
+        /// `;` or ` (`, or is empty).
+        hint: &'static str,
+    },
+    /// `not_a_directory`: a parent component of the path is a file.
     #[error("a part of {path:?} is a file, not a directory; name a path inside a directory")]
-    NotADirectory { path: String },
+    NotADirectory {
+        /// Relative to the workspace root.
+        path: String,
+    },
+    /// `not_a_regular_file`: the path is a FIFO, socket or device, which
+    /// the daemon never opens for reading (a planted FIFO must not hang it).
     #[error(
         "{path:?} is not a regular file (a FIFO, socket or device); only regular files are read"
     )]
-    NotRegular { path: String },
+    NotRegular {
+        /// Relative to the workspace root.
+        path: String,
+    },
+    /// `quota_exceeded`: the upload would take the workspace over its
+    /// quota (`[limits] workspace_mib`); nothing was written.
     #[error(
         "the workspace quota of {quota_mib} MiB would be exceeded ({used_mib} MiB used); \
          remove files from the workspace or raise [limits] workspace_mib"
     )]
-    QuotaExceeded { quota_mib: u64, used_mib: u64 },
+    QuotaExceeded {
+        /// The quota, MiB (rounded down).
+        quota_mib: u64,
+        /// MiB already used by the workspace (rounded down), not counting
+        /// the file the upload replaces; the quota itself when the
+        /// workspace's volume filled up.
+        used_mib: u64,
+    },
+    /// `too_large`: the upload body passed `[files] max_upload_mib`; the
+    /// partial file was removed.
     #[error(
         "the upload is larger than {limit_mib} MiB; raise [files] max_upload_mib to send larger files"
     )]
-    TooLarge { limit_mib: u64 },
+    TooLarge {
+        /// The upload limit, MiB (rounded down).
+        limit_mib: u64,
+    },
+    /// `bad_body`: reading the client's upload body failed (the client
+    /// went away, a malformed chunked body); the partial file was removed.
     #[error("the upload body could not be read: {0}")]
     Body(#[source] std::io::Error),
+    /// `io`: a filesystem call failed for another reason.
     #[error("failed to {about}: {err}")]
     Io {
+        /// What was being done, phrased to follow "failed to ".
         about: &'static str,
+        /// The OS error.
         #[source]
         err: std::io::Error,
     },
@@ -87,8 +135,11 @@ impl FileError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum EntryType {
+    /// A regular file.
     File,
+    /// A directory.
     Dir,
+    /// A symbolic link (its target is not read or reported).
     Symlink,
     /// A FIFO, socket or device (listed so its name is no mystery; never read).
     Other,
@@ -101,6 +152,7 @@ pub struct Entry {
     pub name: String,
     /// Relative to the workspace root.
     pub path: String,
+    /// What it is, serialized as `type`.
     #[serde(rename = "type")]
     pub kind: EntryType,
     /// Bytes (files), 0 for directories.
@@ -112,6 +164,8 @@ pub struct Entry {
 /// A directory's entries (with `recursive`, every level's, breadth first).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Listing {
+    /// Names sorted by byte order within each directory; with
+    /// `recursive`, directories breadth first.
     pub entries: Vec<Entry>,
     /// The listing stopped at its bound.
     pub truncated: bool,
@@ -120,7 +174,9 @@ pub struct Listing {
 /// What an upload wrote.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Written {
+    /// Where it was written, relative to the workspace root.
     pub path: String,
+    /// Bytes written.
     pub size: u64,
     /// Hex SHA-256 of the bytes written.
     pub sha256: String,

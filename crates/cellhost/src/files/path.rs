@@ -80,10 +80,13 @@ impl RelPath {
         self.dir
     }
 
+    /// No components: the workspace root itself.
     pub fn is_root(&self) -> bool {
         self.parts.is_empty()
     }
 
+    /// The components, root first; each non-empty, without `/`, NUL,
+    /// `.` or `..`, at most [`MAX_NAME_BYTES`] long.
     pub fn parts(&self) -> &[String] {
         &self.parts
     }
@@ -99,6 +102,9 @@ impl RelPath {
         self.parts.join("/")
     }
 
+    /// This path with `name` appended as one more component (not
+    /// validated: `name` comes from a directory read, never a client).
+    /// The result does not name a directory.
     pub fn join(&self, name: &str) -> RelPath {
         let mut parts = self.parts.clone();
         parts.push(name.to_owned());
@@ -171,8 +177,11 @@ pub(crate) fn lstat_at(dir: RawFd, name: &CStr) -> io::Result<libc::stat> {
 /// The kind of a `stat`'s file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
+    /// A regular file.
     File,
+    /// A directory.
     Dir,
+    /// A symbolic link (never followed).
     Symlink,
     /// FIFO, socket, device: refused.
     Special,

@@ -47,27 +47,47 @@ pub const PRUNE_EVERY: u64 = 256;
 pub struct HistoryEntry {
     /// Row id, increasing in recording order.
     pub id: i64,
+    /// The session (owner key) whose kernel ran it.
     pub session: String,
     /// The delegated child that ran it, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub child: Option<String>,
+    /// The cell's source, with known token formats and the host's secret
+    /// values redacted, cut to `max_field_bytes` (head and tail).
     pub code: String,
     /// `success`, `error`, `timeout` or `interrupted`.
     pub status: String,
+    /// The cell's stdout as returned to the caller, cut to
+    /// `max_field_bytes` (head and tail).
     pub stdout: String,
+    /// The cell's stderr as returned, cut likewise.
     pub stderr: String,
+    /// `repr()` of the cell's last expression, when it had one (cut
+    /// likewise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// The one-line error (`ZeroDivisionError: division by zero`), when
+    /// the cell failed (cut likewise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Unix time (seconds) the cell was received.
     pub started_at: f64,
+    /// Wall time of the cell, seconds.
     pub duration_seconds: f64,
+    /// The kernel process's execution count after this cell (1 for the
+    /// first cell of a process).
     pub execution_count: u64,
+    /// The id (`k-…`) of the kernel process that ran it.
     pub kernel_id: String,
+    /// Tool RPC calls the cell made.
     pub tool_calls_made: u64,
+    /// The caller asked for a reset before this cell.
     pub state_reset: bool,
+    /// The session's earlier state was lost without being asked for
+    /// (timeout kill, crash, eviction).
     pub state_lost: bool,
+    /// The plain sentence the result carried when state was reset, lost
+    /// or the kernel ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
     /// The `[[tenants]]` tenant whose session ran it (`None`: the
@@ -126,19 +146,31 @@ impl HistoryEntry {
 /// Why the history database cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
+    /// A SQLite call failed: opening or migrating the database, applying
+    /// retention, or a read.
     #[error("failed to {about} ({path})")]
     Sqlite {
+        /// What was being done, phrased to follow "failed to ".
         about: &'static str,
+        /// The database file.
         path: PathBuf,
+        /// SQLite's error.
         #[source]
         source: rusqlite::Error,
     },
+    /// A filesystem step of [`History::open`] failed: creating the
+    /// directory (0700) or the database file (0600), or starting the
+    /// writer thread.
     #[error("failed to create the history directory {path}")]
     Dir {
+        /// The directory, or the database file for the later steps.
         path: PathBuf,
+        /// The OS error.
         #[source]
         source: std::io::Error,
     },
+    /// The writer thread is gone ([`History::close`] was called, or it
+    /// died), so nothing more can be recorded.
     #[error("the history writer has stopped")]
     Closed,
 }
@@ -225,6 +257,8 @@ pub struct PageQuery {
 /// A page of history: the newest matching rows, oldest first.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Page {
+    /// At most [`PageQuery::limit`] rows, oldest first, text fields cut
+    /// to `max_field_bytes`.
     pub rows: Vec<HistoryEntry>,
     /// Older matching rows were left out: ask again with `before` = this.
     pub next_before: Option<i64>,

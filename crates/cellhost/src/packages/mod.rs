@@ -3,7 +3,7 @@
 //! A kernel never needs the network or a writable site-packages to get a
 //! package: its `pipmagic` module (`runner/pipmagic.py`) sends the `%pip`
 //! line over the kernel's tool socket as the reserved request
-//! [`REQUEST`] (not a user tool: no budget, no allow-list; refused when no
+//! `cellhost:pip` (not a user tool: no budget, no allow-list; refused when no
 //! cell runs). The host checks the line against `[packages]`
 //! (`line.rs`), then runs pip in a bubblewrap sandbox of its own
 //! (`sandbox.rs`: network on, unprivileged uid, read-only system, writable

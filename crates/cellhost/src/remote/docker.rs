@@ -51,6 +51,9 @@ pub async fn remove_labelled(config: &DockerConfig, manager: &str) {
     let _ = run_client(&rm, vec![], Some(Duration::from_secs(30)), "docker rm").await;
 }
 
+/// Runs scripts in one container with `docker exec -i`: an existing
+/// container, or one started for a single kernel (image mode) and removed
+/// with it.
 #[derive(Debug)]
 pub struct DockerTransport {
     docker: PathBuf,
@@ -181,6 +184,8 @@ impl DockerTransport {
         args
     }
 
+    /// The container's name or id (the id `docker run` printed, in image
+    /// mode).
     pub fn container(&self) -> &str {
         &self.container
     }

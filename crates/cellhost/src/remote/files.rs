@@ -171,6 +171,8 @@ impl RemoteWorkspace {
         &self.key
     }
 
+    /// The workspace quota in bytes (`[limits] workspace_mib`), enforced
+    /// by the remote helper on upload; `None`: no quota.
     pub fn quota(&self) -> Option<u64> {
         self.quota
     }
@@ -422,6 +424,14 @@ impl RemoteWorkspace {
         })
     }
 
+    /// The entries of the remote directory `rel`, as the local
+    /// [`Workspace::list`](crate::files::Workspace::list): names sorted,
+    /// breadth first with `recursive`, at most `max` entries (`truncated`
+    /// then), symlinks listed and never followed.
+    ///
+    /// # Errors
+    /// `invalid_path`, `not_found`, `not_a_directory` from the helper;
+    /// `io` when the backend cannot be reached or has no workspace.
     pub async fn list(
         &self,
         rel: &RelPath,
@@ -468,6 +478,13 @@ impl RemoteWorkspace {
         })
     }
 
+    /// Remove the file (or symlink, itself) at `rel`; a directory only
+    /// when empty, or with everything in it when `recursive`.
+    ///
+    /// # Errors
+    /// `invalid_path` (also the root itself), `not_found`,
+    /// `is_a_directory` (non-empty without `recursive`); `io` when the
+    /// backend cannot be reached.
     pub async fn remove(&self, rel: &RelPath, recursive: bool) -> Result<(), FileError> {
         if rel.is_root() {
             return Err(FileError::InvalidPath {
@@ -493,6 +510,11 @@ impl RemoteWorkspace {
         Ok(rel.display())
     }
 
+    /// Bytes of the regular files in the workspace (symlinks not
+    /// followed; 0 when it does not exist yet or the answer is garbled).
+    ///
+    /// # Errors
+    /// `io` when the backend cannot be reached.
     pub async fn usage(&self) -> Result<u64, FileError> {
         let v = self.control("usage", &RelPath::parse("")?, &[]).await?;
         Ok(v.trim().parse().unwrap_or(0))

@@ -48,14 +48,20 @@ pub struct Fleet {
 pub struct Lease {
     fleet: Arc<Fleet>,
     owner: String,
+    /// Index of the host in the fleet's host list.
     pub host: usize,
 }
 
 impl Fleet {
+    /// A fleet of `hosts` (ssh destinations, in the backend's `hosts` order;
+    /// placement indexes into them), none loaded, with the
+    /// default backoff (`FAILED_HOST_BACKOFF`, 60 s).
     pub fn new(hosts: Vec<String>) -> Arc<Fleet> {
         Fleet::with_backoff(hosts, FAILED_HOST_BACKOFF)
     }
 
+    /// As [`Fleet::new`], with new owners avoiding a failed host for
+    /// `backoff` instead.
     pub fn with_backoff(hosts: Vec<String>, backoff: Duration) -> Arc<Fleet> {
         let n = hosts.len();
         Arc::new(Fleet {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::transport::{run_client, BoxFuture, Client, ExecError, ExecOutput, Transport};
 use crate::config::KubectlConfig;
 
+/// Runs scripts in one pod (and container) with `kubectl exec -i`.
 #[derive(Debug, Clone)]
 pub struct KubectlTransport {
     kubectl: PathBuf,
@@ -20,6 +21,9 @@ pub struct KubectlTransport {
 }
 
 impl KubectlTransport {
+    /// A transport for `config`'s pod, container, namespace and context
+    /// (`kubectl` from PATH unless `config.kubectl` names it). Nothing is
+    /// run until the first exec.
     pub fn new(config: &KubectlConfig) -> KubectlTransport {
         KubectlTransport {
             kubectl: config.kubectl.clone().unwrap_or_else(|| "kubectl".into()),

@@ -250,10 +250,12 @@ impl Backends {
         sessions.get(session).cloned()
     }
 
+    /// The configured backend names, sorted (`"local"` is not one).
     pub fn names(&self) -> Vec<String> {
         self.map.keys().cloned().collect()
     }
 
+    /// `name` is a configured backend (`false` for `"local"`).
     pub fn contains(&self, name: &str) -> bool {
         self.map.contains_key(name)
     }

@@ -21,7 +21,11 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// What one exec produced.
 #[derive(Debug, Clone, Default)]
 pub struct ExecOutput {
+    /// The client's stdout (the remote script's), capped at
+    /// `MAX_CLIENT_STDOUT` (64 MiB); the rest is read and dropped.
     pub stdout: Vec<u8>,
+    /// The client's stderr (the script's and the client's own messages),
+    /// capped at `MAX_CLIENT_STDERR` (1 MiB).
     pub stderr: Vec<u8>,
     /// Exit status of the client; `None` when it was killed by a signal.
     pub status: Option<i32>,
@@ -44,12 +48,31 @@ impl ExecOutput {
 /// may be dead".
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ExecError {
+    /// The local client (`ssh`, `docker`, `kubectl`) could not be started.
     #[error("failed to run {program}: {detail}; check that it is installed and on PATH")]
-    Client { program: String, detail: String },
+    Client {
+        /// The client's path as configured.
+        program: String,
+        /// The OS error from spawning it.
+        detail: String,
+    },
+    /// The exec took longer than its bound; the client was killed.
     #[error("{what} did not answer within {after:?} (connection lost?)")]
-    Timeout { what: String, after: Duration },
+    Timeout {
+        /// What was run (a backend's description, or `docker run`).
+        what: String,
+        /// The bound that passed.
+        after: Duration,
+    },
+    /// The client ran but the exec failed: it could not connect, the
+    /// container could not be started, or waiting for it failed.
     #[error("{what} failed: {detail}")]
-    Failed { what: String, detail: String },
+    Failed {
+        /// What was run (a backend's description, or `docker run IMAGE`).
+        what: String,
+        /// Why, usually the last line of the client's stderr.
+        detail: String,
+    },
 }
 
 /// A way to run a command on a remote host, container or pod.

@@ -47,6 +47,12 @@ pub trait Tool: Send + Sync + 'static {
     fn description(&self) -> &str;
     /// JSON schema of the keyword arguments (an `object` schema).
     fn parameters(&self) -> &Value;
+    /// Run one call with the cell's keyword arguments as a JSON object.
+    /// `args` comes from cell code and is not checked against
+    /// [`parameters`](Tool::parameters): treat it as untrusted input. The
+    /// `Ok` value is handed to the cell as the function's return value;
+    /// an `Err` is raised there as `tools.ToolError`. The future is
+    /// dropped (the call cancelled) when the cell ends first.
     fn call(&self, args: Value) -> ToolFuture;
 }
 
@@ -57,12 +63,15 @@ pub struct ToolError {
 }
 
 impl ToolError {
+    /// An error whose message the cell sees verbatim (so say what went
+    /// wrong and what to do, and leak nothing the cell must not know).
     pub fn new(message: impl Into<String>) -> ToolError {
         ToolError {
             message: message.into(),
         }
     }
 
+    /// The message, as the cell sees it.
     pub fn message(&self) -> &str {
         &self.message
     }
@@ -120,6 +129,9 @@ where
     F: Fn(Value) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
 {
+    /// A tool called `name` (checked when added to a [`ToolSet`]) that
+    /// runs `f` on each call's arguments; `parameters` is its JSON schema,
+    /// `description` its docstring (see [`Tool`]).
     pub fn new(
         name: impl Into<String>,
         description: impl Into<String>,
@@ -157,19 +169,34 @@ where
 /// A bad tool registration, with what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ToolSetError {
+    /// The name (given) is not 1 to 128 of `[A-Za-z0-9_.-]` with a letter,
+    /// digit or `_` at each end and no `..`.
     #[error(
         "invalid tool name {0:?}: use 1 to 128 letters, digits, `_`, `-` or `.` (not at either end)"
     )]
     BadName(String),
+    /// A tool of this name is already in the set.
     #[error("a tool named {0:?} is already registered; tool names must be unique")]
     Duplicate(String),
+    /// [`ToolSet::subset`] was asked for a tool the set does not have.
     #[error("unknown tool {unknown:?}; the registered tools are: {known}")]
-    Unknown { unknown: String, known: String },
+    Unknown {
+        /// The name asked for.
+        unknown: String,
+        /// The set's names, comma-separated (`(none)` when empty).
+        known: String,
+    },
+    /// A cell's allow-list names a tool its kernel was not started with.
     #[error(
         "the cell's allow-list names {tool:?}, which is not among the kernel's tools ({kernel}); \
          allow a subset of the tools the kernel was asked for"
     )]
-    NotInKernel { tool: String, kernel: String },
+    NotInKernel {
+        /// The allow-listed name.
+        tool: String,
+        /// The kernel's tool names, comma-separated (`(none)` when empty).
+        kernel: String,
+    },
 }
 
 /// Named tools, sorted by name. Cheap to clone.
@@ -187,6 +214,7 @@ impl fmt::Debug for ToolSet {
 }
 
 impl ToolSet {
+    /// A set with no tools; add them with [`with`](ToolSet::with).
     pub fn new() -> ToolSet {
         ToolSet::default()
     }
@@ -196,6 +224,8 @@ impl ToolSet {
         self.with_arc(Arc::new(tool))
     }
 
+    /// Add a shared `tool` (one instance in several sets); its name must
+    /// be valid and new.
     pub fn with_arc(self, tool: Arc<dyn Tool>) -> Result<ToolSet, ToolSetError> {
         let name = tool.name().to_owned();
         if !valid_name(&name) {
@@ -212,10 +242,12 @@ impl ToolSet {
         })
     }
 
+    /// No tools registered.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }
 
+    /// How many tools are registered.
     pub fn len(&self) -> usize {
         self.tools.len()
     }
@@ -227,14 +259,17 @@ impl ToolSet {
         self.iter().map(|t| stub::signature(t.as_ref())).collect()
     }
 
+    /// The tool names, sorted.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.keys().map(String::as_str)
     }
 
+    /// The tool called `name`, if registered.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
         self.tools.get(name)
     }
 
+    /// The tools, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
         self.tools.values()
     }
