@@ -4,6 +4,7 @@
 //! See bench/README.md for what each figure means. Exits non-zero only when
 //! something could not run; a missed target is a figure, not a failure.
 
+mod dialect;
 mod jupyter;
 mod library;
 mod procfs;
@@ -25,6 +26,7 @@ use crate::stats::Summary;
 const USAGE: &str = "\
 usage: cellhost-bench [--python PATH] [--jupyter-python PATH] [--out FILE]
        cellhost-bench sandbox [--python PATH] [--out FILE]
+       cellhost-bench dialect [--python PATH] [--out FILE]
 
   --python PATH          interpreter for cellhost and the raw reference
                          (default: $BENCH_PYTHON, else /usr/bin/python3,
@@ -40,7 +42,10 @@ BENCH_COLD (20) fresh kernels timed to first reply, BENCH_JUPYTER_COLD (3).
 
 `sandbox`: plain, limits-only and strict-sandbox kernels side by side:
 spawn p50 and warm x=1 p50 with ratios (default --out
-bench/results/sandbox.json; BENCH_N defaults to 1000 there).";
+bench/results/sandbox.json; BENCH_N defaults to 1000 there).
+
+`dialect`: warm x=1 with the agent's dialect gate against kernels that
+skip it (default --out bench/results/dialect.json; BENCH_N 30000).";
 
 /// The workloads: code and what it must print.
 const WORKLOADS: [(&str, &str); 2] = [("x=1", ""), ("print(1)", "1\n")];
@@ -61,7 +66,9 @@ struct Config {
 }
 
 fn main() {
-    let sandbox_mode = std::env::args_os().nth(1).is_some_and(|a| a == "sandbox");
+    let mode = std::env::args_os().nth(1);
+    let sandbox_mode = mode.as_ref().is_some_and(|a| a == "sandbox");
+    let dialect_mode = mode.as_ref().is_some_and(|a| a == "dialect");
     let config = match parse_args() {
         Ok(config) => config,
         Err(e) => {
@@ -73,13 +80,24 @@ fn main() {
         .enable_all()
         .build()
         .expect("building the tokio runtime");
-    let result = if sandbox_mode {
-        let bench_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let out = if config.out == bench_dir.join("results/core.json") {
-            bench_dir.join("results/sandbox.json")
+    let bench_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out_or = |default: &str| {
+        if config.out == bench_dir.join("results/core.json") {
+            bench_dir.join(default)
         } else {
             config.out.clone()
-        };
+        }
+    };
+    let result = if dialect_mode {
+        let n = env_count("BENCH_N", 30000).unwrap_or(30000);
+        runtime.block_on(dialect::run(
+            &config.python,
+            n,
+            config.warmup,
+            &out_or("results/dialect.json"),
+        ))
+    } else if sandbox_mode {
+        let out = out_or("results/sandbox.json");
         let n = env_count("BENCH_N", 1000).unwrap_or(1000);
         runtime.block_on(sandbox::run(
             &config.python,
@@ -211,7 +229,9 @@ fn parse_args() -> Result<Config> {
     let mut python = None;
     let mut jupyter_python = None;
     let mut out = None;
-    let mut args = std::env::args_os().skip(1).skip_while(|a| a == "sandbox");
+    let mut args = std::env::args_os()
+        .skip(1)
+        .skip_while(|a| a == "sandbox" || a == "dialect");
     while let Some(arg) = args.next() {
         let mut value = |name: &str| {
             args.next()

@@ -130,6 +130,7 @@ impl SandboxConfig {
                     _ => None,
                 },
                 ro_binds: self.ro_binds.clone(),
+                bench_omit: Default::default(),
                 egress: (self.network == Network::Allowlist).then(|| {
                     std::sync::Arc::new(crate::egress::EgressPolicy {
                         allow_hosts: self.allow_hosts.clone(),

@@ -498,6 +498,9 @@ def _describe_error(etype, evalue, tb):
 # The reply to most cells: a success without a value, encoded once.
 _OK = {"status": "ok"}
 _OK_FRAME = None
+# False only under `cellhost-bench dialect` (CELLHOST_BENCH_NO_DIALECT=1):
+# cells skip the dialect's gate, as before the transform existed.
+_dialect = True
 
 
 class Runner:
@@ -528,7 +531,7 @@ class Runner:
         try:
             _cell_running = True
             try:
-                if _has_escapes(code):
+                if _dialect and _has_escapes(code):
                     code = _transform(code, filename)
                 head, last, tail = _compile_cell(code, filename)
                 if head is not None:
@@ -644,9 +647,10 @@ def _parse_args():
 
 
 def main():
-    global _tools_token
+    global _tools_token, _dialect
     _parse_args()
     _tools_token = os.environ.pop("CELLHOST_TOOLS_TOKEN", None)
+    _dialect = os.environ.pop("CELLHOST_BENCH_NO_DIALECT", None) != "1"
     if _cpu_per_cell:
         # Import `resource` (a shared library) and set the limit now, at
         # start, rather than in the first cell: a new session's first cell

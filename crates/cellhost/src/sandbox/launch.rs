@@ -179,10 +179,12 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
                     )?);
                 }
                 let rlimit_memory = l.memory_bytes.is_some() && !mem_cgroup;
-                seccomp = seccomp_pipes(rlimit_memory)?;
+                if !strict.bench_omit.seccomp {
+                    seccomp = seccomp_pipes(rlimit_memory)?;
+                }
                 let (cmd, prepared, etc) =
                     strict_command(s, strict, runner_args, block.is_some(), seccomp.len())?;
-                etc_template = Some(etc);
+                etc_template = etc;
                 setup.landlock_fd = prepared.as_ref().map(|p| p.raw_fd());
                 (cmd, true, prepared)
             }
@@ -223,20 +225,21 @@ fn seccomp_pipes(rlimit_memory: bool) -> Result<Vec<OwnedFd>, SandboxError> {
     Ok(out)
 }
 
+/// The bwrap command, the Landlock ruleset it enforces, and the `/etc`
+/// template it binds (`None`: the host's `/etc`, benches only).
+type StrictCommand = (
+    tokio::process::Command,
+    Option<landlock::Prepared>,
+    Option<std::sync::Arc<etc::Template>>,
+);
+
 fn strict_command(
     s: &Spec<'_>,
     strict: &StrictSandbox,
     runner_args: Vec<OsString>,
     blocked: bool,
     seccomp_programs: usize,
-) -> Result<
-    (
-        tokio::process::Command,
-        Option<landlock::Prepared>,
-        std::sync::Arc<etc::Template>,
-    ),
-    SandboxError,
-> {
+) -> Result<StrictCommand, SandboxError> {
     let bwrap = bwrap::find_program("bwrap").ok_or(SandboxError::BwrapMissing)?;
     let root = nix::unistd::geteuid().is_root();
     // The user the kernel runs as: the configured one when the host is
@@ -253,8 +256,12 @@ fn strict_command(
         about: "build the sandbox's /etc",
         err,
     };
-    etc::write(s.staging, uid, gid, strict.network).map_err(etc_io)?;
-    let etc_dir = etc::template(s.staging.parent().unwrap_or(s.staging)).map_err(etc_io)?;
+    let etc_dir = if strict.bench_omit.built_etc {
+        None
+    } else {
+        etc::write(s.staging, uid, gid, strict.network).map_err(etc_io)?;
+        Some(etc::template(s.staging.parent().unwrap_or(s.staging)).map_err(etc_io)?)
+    };
     let setpriv = if root {
         if strict.uid == 0 || strict.gid == 0 {
             return Err(SandboxError::RootKernel {
@@ -312,7 +319,7 @@ fn strict_command(
         tmp_bytes: s.limits.memory_bytes,
         packages: s.packages,
         seccomp_fds: &seccomp_fds,
-        etc: &etc_dir.dir,
+        etc: etc_dir.as_ref().map_or(Path::new("/etc"), |t| &t.dir),
     };
     let mut cmd = tokio::process::Command::new(&bwrap);
     cmd.args(bwrap::args(&plan))

@@ -111,6 +111,23 @@ pub struct StrictSandbox {
     /// false), only the host's egress proxy under this policy (see
     /// [`crate::egress`]).
     pub egress: Option<std::sync::Arc<crate::egress::EgressPolicy>>,
+    /// Benchmarks only: layers left out to measure what they cost.
+    #[doc(hidden)]
+    pub bench_omit: BenchOmit,
+}
+
+/// Benchmarks only (`cellhost-bench sandbox`): parts of the strict
+/// profile a bench leaves out to measure what they cost in the spawn path
+/// and on warm cells. Not settable from any config; a default (nothing
+/// left out) is the only value production code ever uses.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BenchOmit {
+    /// No seccomp filter (before the hardening).
+    pub(crate) seccomp: bool,
+    /// The host's `/etc` bound read-only instead of the built one (before
+    /// the hardening).
+    pub(crate) built_etc: bool,
 }
 
 /// The default [`StrictSandbox::uid_range`].
@@ -126,6 +143,7 @@ impl Default for StrictSandbox {
             uid_range: Some(DEFAULT_UID_RANGE),
             ro_binds: Vec::new(),
             egress: None,
+            bench_omit: BenchOmit::default(),
         }
     }
 }
@@ -155,6 +173,21 @@ impl StrictSandbox {
 
     pub fn ro_bind(mut self, path: impl Into<PathBuf>) -> Self {
         self.ro_binds.push(path.into());
+        self
+    }
+
+    /// Benchmarks only: no seccomp filter, to measure what it costs.
+    #[doc(hidden)]
+    pub fn bench_without_seccomp(mut self) -> Self {
+        self.bench_omit.seccomp = true;
+        self
+    }
+
+    /// Benchmarks only: the host's `/etc` bound read-only, as before the
+    /// hardening, instead of the built one, to measure what it costs.
+    #[doc(hidden)]
+    pub fn bench_with_host_etc(mut self) -> Self {
+        self.bench_omit.built_etc = true;
         self
     }
 }
