@@ -43,6 +43,8 @@
 //! # }
 //! ```
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod config;
 pub mod egress;
 pub mod env;
