@@ -38,36 +38,36 @@ pub enum FrameError {
 
 /// The decoded fields of one frame.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Frame {
+pub(crate) struct Frame {
     fields: BTreeMap<String, Vec<u8>>,
 }
 
 impl Frame {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
-    pub fn with(mut self, name: &str, value: impl Into<Vec<u8>>) -> Self {
+    pub(crate) fn with(mut self, name: &str, value: impl Into<Vec<u8>>) -> Self {
         self.fields.insert(name.to_owned(), value.into());
         self
     }
 
-    pub fn bytes(&self, name: &str) -> Option<&[u8]> {
+    pub(crate) fn bytes(&self, name: &str) -> Option<&[u8]> {
         self.fields.get(name).map(Vec::as_slice)
     }
 
     /// A field as text (lossy: the runner sends UTF-8 with surrogateescape).
-    pub fn text(&self, name: &str) -> Option<String> {
+    pub(crate) fn text(&self, name: &str) -> Option<String> {
         self.bytes(name)
             .map(|b| String::from_utf8_lossy(b).into_owned())
     }
 
     /// Move a field out of the frame.
-    pub fn take(&mut self, name: &str) -> Option<Vec<u8>> {
+    pub(crate) fn take(&mut self, name: &str) -> Option<Vec<u8>> {
         self.fields.remove(name)
     }
 
-    pub fn int(&self, name: &str) -> Option<i64> {
+    pub(crate) fn int(&self, name: &str) -> Option<i64> {
         std::str::from_utf8(self.bytes(name)?)
             .ok()?
             .trim()
@@ -76,7 +76,7 @@ impl Frame {
     }
 
     /// The frame as bytes, length prefix included.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let body_len: usize = self
             .fields
             .iter()
@@ -97,7 +97,7 @@ impl Frame {
     }
 
     /// Decode one frame body (without the length prefix).
-    pub fn decode(body: &[u8]) -> Result<Frame, FrameError> {
+    pub(crate) fn decode(body: &[u8]) -> Result<Frame, FrameError> {
         let mut fields = BTreeMap::new();
         let mut i = 0;
         while i < body.len() {
@@ -139,7 +139,7 @@ impl Frame {
 /// once as `op=display, skipped=<size>`, so a runner that ignores the
 /// display caps cannot make the host hold more than the cap.
 #[derive(Debug)]
-pub struct FrameReader {
+pub(crate) struct FrameReader {
     buf: Vec<u8>,
     skip_displays_over: usize,
     /// Bytes of a discarded display frame still to come.
@@ -154,7 +154,7 @@ impl Default for FrameReader {
 
 impl FrameReader {
     /// A reader that discards display frames with a body over `limit`.
-    pub fn with_display_limit(limit: usize) -> Self {
+    pub(crate) fn with_display_limit(limit: usize) -> Self {
         FrameReader {
             buf: Vec::new(),
             skip_displays_over: limit.max(DISPLAY_TAG.len()),
@@ -162,14 +162,14 @@ impl FrameReader {
         }
     }
 
-    pub fn extend(&mut self, bytes: &[u8]) {
+    pub(crate) fn extend(&mut self, bytes: &[u8]) {
         let skip = self.skipping.min(bytes.len());
         self.skipping -= skip;
         self.buf.extend_from_slice(&bytes[skip..]);
     }
 
     /// The next complete frame, if one has arrived.
-    pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+    pub(crate) fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
         if self.buf.len() < 4 {
             return Ok(None);
         }

@@ -127,7 +127,7 @@ impl Limit {
 }
 
 /// `512 MiB`, `1.5 GiB`, `100 KiB`, `10 bytes`.
-pub fn human_bytes(b: u64) -> String {
+pub(super) fn human_bytes(b: u64) -> String {
     let units = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (name, size) in units {
         if b >= size {
