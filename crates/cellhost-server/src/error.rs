@@ -90,8 +90,12 @@ impl From<cellhost::registry::ManagerError> for ApiError {
     fn from(e: cellhost::registry::ManagerError) -> ApiError {
         use cellhost::registry::ManagerError;
         match e {
-            ManagerError::Owner(e) => ApiError::bad_request("invalid_session", e.to_string()),
-            ManagerError::Tools(e) => ApiError::bad_request("unknown_tool", e.to_string()),
+            ManagerError::Owner(e) => {
+                ApiError::bad_request("invalid_session", cellhost::error_chain(&e))
+            }
+            ManagerError::Tools(e) => {
+                ApiError::bad_request("unknown_tool", cellhost::error_chain(&e))
+            }
             ManagerError::ShutDown => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "shutting_down",
@@ -103,12 +107,15 @@ impl From<cellhost::registry::ManagerError> for ApiError {
             ManagerError::Kernel(e) if e.remote_backend().is_some() => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "kernel_unavailable",
-                e.to_string(),
+                cellhost::error_chain(&e),
             ),
             ManagerError::Kernel(e) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "kernel_unavailable",
-                format!("{e}; check the server's Python and sandbox setup (cellhost serve --help)"),
+                format!(
+                    "{}; check the server's Python and sandbox setup (cellhost serve --help)",
+                    cellhost::error_chain(&e)
+                ),
             ),
         }
     }

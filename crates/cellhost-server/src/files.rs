@@ -43,7 +43,7 @@ impl From<FileError> for ApiError {
             FileError::QuotaExceeded { .. } => StatusCode::INSUFFICIENT_STORAGE,
             FileError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             FileError::Io { .. } => {
-                eprintln!("cellhost: workspace: {e}");
+                eprintln!("cellhost: workspace: {}", cellhost::error_chain(&e));
                 return ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "io",
@@ -51,7 +51,7 @@ impl From<FileError> for ApiError {
                 );
             }
         };
-        ApiError::new(status, e.code(), e.to_string())
+        ApiError::new(status, e.code(), cellhost::error_chain(&e))
     }
 }
 

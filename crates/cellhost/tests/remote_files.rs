@@ -267,6 +267,7 @@ async fn an_image_mode_docker_backend_says_it_has_no_workspace() {
     let m = remote_manager("img", common::remote::docker_image(), |o| o).await;
     let ws = m.manager.workspace("s").unwrap();
     let e = ws.list("", false, 10).await.unwrap_err();
-    assert!(e.to_string().contains("image mode"), "{e}");
+    let e = cellhost::error_chain(&e);
+    assert!(e.contains("image mode"), "{e}");
     m.manager.shutdown().await;
 }

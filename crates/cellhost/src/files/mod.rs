@@ -52,9 +52,9 @@ pub enum FileError {
         "the upload is larger than {limit_mib} MiB; raise [files] max_upload_mib to send larger files"
     )]
     TooLarge { limit_mib: u64 },
-    #[error("the upload body could not be read: {0}")]
+    #[error("the upload body could not be read")]
     Body(#[source] std::io::Error),
-    #[error("failed to {about}: {err}")]
+    #[error("failed to {about}")]
     Io {
         about: &'static str,
         #[source]

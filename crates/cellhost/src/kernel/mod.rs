@@ -287,13 +287,13 @@ pub enum SpawnError {
     Interpreter(#[from] InterpreterError),
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
-    #[error("failed to {about}: {err}")]
+    #[error("failed to {about}")]
     Io {
         about: &'static str,
         #[source]
         err: std::io::Error,
     },
-    #[error("failed to start {}: {err}", python.display())]
+    #[error("failed to start {}", python.display())]
     Exec {
         python: PathBuf,
         #[source]
@@ -319,7 +319,7 @@ pub enum SpawnError {
 /// crash) is not an error: it is a [`CellResult`] that says so.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
-    #[error("failed to start a kernel: {0}")]
+    #[error("failed to start a kernel")]
     Spawn(#[from] SpawnError),
     #[error("the kernel has been shut down; start a new one")]
     Closed,

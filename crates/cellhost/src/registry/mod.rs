@@ -333,7 +333,7 @@ impl KernelManager {
                 Ok(r) => r,
                 Err(e) => {
                     if let Some(n) = count {
-                        bus.cell_failed(owner, n, "kernel", &e.to_string());
+                        bus.cell_failed(owner, n, "kernel", &crate::error_chain(&e));
                     }
                     return Err(e.into());
                 }

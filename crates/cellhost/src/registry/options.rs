@@ -292,7 +292,7 @@ impl ManagerOptions {
                 Some(strict) => this
                     .strict_for(strict, dir, &dir.to_string_lossy())
                     .and_then(|strict| crate::sandbox::launch::ensure_workspace(dir, &strict))
-                    .map_err(|e| std::io::Error::other(e.to_string())),
+                    .map_err(|e| std::io::Error::other(crate::error_chain(&e))),
                 None => match std::fs::DirBuilder::new().mode(0o700).create(dir) {
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
                     other => other,

@@ -168,7 +168,7 @@ pub enum SandboxError {
     SetprivMissing { uid: u32 },
     #[error("the strict sandbox must not run kernels as root: set [sandbox] uid/gid to an unprivileged user (got uid {uid}, gid {gid})")]
     RootKernel { uid: u32, gid: u32 },
-    #[error("failed to prepare the workspace {}: {err}; choose a directory the host can create and own", path.display())]
+    #[error("failed to prepare the workspace {} (choose a directory the host can create and own)", path.display())]
     Workspace {
         path: PathBuf,
         #[source]
