@@ -23,15 +23,27 @@ const DISPLAY_TAG: &[u8] = b"op 7\ndisplay";
 
 /// Why bytes on the control pipe are not a valid frame.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
+pub(crate) enum FrameError {
+    /// The frame is larger than a reply or display may be.
     #[error("frame of {size} bytes is over the size limit ({MAX_REPLY} bytes for a reply, {MAX_FRAME} for a display)")]
-    TooLarge { size: usize },
+    TooLarge {
+        /// The frame's size in bytes, as its length prefix claims.
+        size: usize,
+    },
+    /// A field header is not `name length\n`.
     #[error("malformed field header at byte {offset}")]
-    BadHeader { offset: usize },
+    BadHeader {
+        /// Where in the frame body the bad header starts.
+        offset: usize,
+    },
+    /// A field's length runs past the end of the frame.
     #[error("field `{name}` claims {size} bytes but only {left} remain")]
     Overrun {
+        /// The field's name.
         name: String,
+        /// The length its header claims, in bytes.
         size: usize,
+        /// The bytes left in the frame.
         left: usize,
     },
 }
