@@ -1,7 +1,7 @@
 //! Session kernels: one live Python process per [`Kernel`] handle.
 //!
 //! A [`Kernel`] is a cheap, cloneable handle. One task (the session actor,
-//! in `actor.rs`) owns the kernel through a [`driver::Driver`]: the local
+//! in `actor.rs`) owns the kernel through a `driver::Driver`: the local
 //! one (`local.rs`: the process, its pipes and its output captures) or a
 //! remote one (`crate::remote::kernel`). Handles send the actor messages;
 //! cells run one at a time in arrival order.
