@@ -117,6 +117,12 @@ impl From<cellhost::registry::ManagerError> for ApiError {
                     cellhost::error_chain(&e)
                 ),
             ),
+            // A failure the library added later: a 500 that still names it.
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                cellhost::error_chain(&other),
+            ),
         }
     }
 }

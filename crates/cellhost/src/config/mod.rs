@@ -74,6 +74,7 @@ pub struct Config {
 
 /// Why a configuration file could not be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read config file {path} (check the path given to --config)")]

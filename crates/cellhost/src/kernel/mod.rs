@@ -306,6 +306,7 @@ impl Cell {
 
 /// Failure to start a kernel process.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpawnError {
     /// The Python interpreter could not be found or probed.
     #[error(transparent)]
@@ -374,6 +375,7 @@ pub enum SpawnError {
 /// Failure of a kernel operation. A cell that fails (exception, timeout,
 /// crash) is not an error: it is a [`CellResult`] that says so.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KernelError {
     /// A kernel process was needed (the first cell, or one after a reset or
     /// a crash) and could not be started.

@@ -50,6 +50,7 @@ pub(crate) use workspace::dir_name as workspace_dir_name;
 /// Failure of a manager call. A cell that fails is not an error: it is a
 /// [`CellResult`] that says so.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ManagerError {
     /// The owner (session id) is not a valid name.
     #[error(transparent)]

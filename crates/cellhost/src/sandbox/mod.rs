@@ -171,6 +171,7 @@ impl StrictSandbox {
 
 /// Why a sandboxed kernel could not be prepared.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SandboxError {
     /// No `bwrap` on PATH.
     #[error("the strict sandbox needs bubblewrap, but no `bwrap` was found on PATH; install it (Debian: apt-get install bubblewrap) or use the `none` sandbox profile")]
