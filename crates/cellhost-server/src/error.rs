@@ -10,8 +10,11 @@ use serde::Serialize;
 /// An API error: an HTTP status, a stable machine code, a sentence.
 #[derive(Debug, Clone)]
 pub struct ApiError {
+    /// The response's status.
     pub status: StatusCode,
+    /// The stable code clients match on (`bad_json`, `unknown_session`, …).
     pub code: &'static str,
+    /// What was wrong and what to do, for a person.
     pub message: String,
     /// Seconds for a `Retry-After` header (429, 503).
     pub retry_after: Option<u64>,
@@ -31,6 +34,7 @@ pub(crate) struct ErrorDetail {
 }
 
 impl ApiError {
+    /// An error answered with `status`, `code` and `message`.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
@@ -46,10 +50,13 @@ impl ApiError {
         self
     }
 
+    /// A 400 with `code` and `message`.
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    /// A 404 `unknown_session`: no live kernel and no history for
+    /// `session`.
     pub fn unknown_session(session: &str) -> ApiError {
         ApiError::new(
             StatusCode::NOT_FOUND,
