@@ -42,7 +42,9 @@ impl From<FileError> for ApiError {
             | FileError::NotRegular { .. } => StatusCode::CONFLICT,
             FileError::QuotaExceeded { .. } => StatusCode::INSUFFICIENT_STORAGE,
             FileError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            FileError::Io { .. } => {
+            // `Io`, and any failure the library adds later: logged, and
+            // answered without internals.
+            _ => {
                 eprintln!("cellhost: workspace: {}", cellhost::error_chain(&e));
                 return ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,

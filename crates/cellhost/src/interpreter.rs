@@ -20,6 +20,7 @@ pub struct Interpreter {
 
 /// Why no usable interpreter was found.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum InterpreterError {
     #[error("no `{name}` found on PATH; install Python 3.8+ or pass --python PATH")]
     NotOnPath { name: String },

@@ -30,6 +30,7 @@ pub const DEFAULT_MAX_ENTRIES: usize = 10_000;
 
 /// Why a workspace operation failed. [`FileError::code`] is the API's code.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FileError {
     #[error("invalid path {path:?}: {why}")]
     InvalidPath { path: String, why: String },

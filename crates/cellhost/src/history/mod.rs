@@ -125,6 +125,7 @@ impl HistoryEntry {
 
 /// Why the history database cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HistoryError {
     #[error("failed to {about} ({path})")]
     Sqlite {

@@ -43,6 +43,7 @@ impl ExecOutput {
 /// Why an exec did not complete. Any of these counts as "the remote side
 /// may be dead".
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExecError {
     #[error("failed to run {program}: {detail}; check that it is installed and on PATH")]
     Client { program: String, detail: String },

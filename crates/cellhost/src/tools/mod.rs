@@ -156,6 +156,7 @@ where
 
 /// A bad tool registration, with what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolSetError {
     #[error(
         "invalid tool name {0:?}: use 1 to 128 letters, digits, `_`, `-` or `.` (not at either end)"
