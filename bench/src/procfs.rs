@@ -2,7 +2,7 @@
 
 use anyhow::{anyhow, Context, Result};
 
-/// Resident set size of `pid` in KiB (`VmRSS` in /proc/<pid>/status).
+/// Resident set size of `pid` in KiB (`VmRSS` in `/proc/<pid>/status`).
 pub fn vm_rss_kib(pid: u32) -> Result<u64> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;

@@ -171,11 +171,16 @@ async fn run_cells(
                 | SpawnError::TooOld { .. }
                 | SpawnError::Sandbox(_)),
             ))) => {
-                eprintln!("cellhost: {e}");
+                eprintln!("cellhost: {}", cellhost::error_chain(&e));
                 return 2;
             }
             Err(e) => {
-                eprintln!("cellhost: cell {} (line {}): {e}", cell.index, cell.line);
+                eprintln!(
+                    "cellhost: cell {} (line {}): {}",
+                    cell.index,
+                    cell.line,
+                    cellhost::error_chain(&e)
+                );
                 return 1;
             }
         };

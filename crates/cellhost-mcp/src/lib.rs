@@ -22,6 +22,8 @@
 //! closing idle HTTP sessions), `downstream` (code mode), `resources` (the
 //! session's workspace files as MCP resources).
 
+#![warn(missing_docs, unreachable_pub)]
+
 mod downstream;
 mod hygiene;
 mod progress;

@@ -16,8 +16,8 @@ const MAX_LISTED: usize = 1000;
 /// Largest file read as a resource (bigger ones: the HTTP route).
 const MAX_READ: u64 = 16 * 1024 * 1024;
 
-fn internal(e: impl std::fmt::Display) -> ErrorData {
-    ErrorData::internal_error(e.to_string(), None)
+fn internal(e: impl std::error::Error + 'static) -> ErrorData {
+    ErrorData::internal_error(cellhost::error_chain(&e), None)
 }
 
 /// Every regular file of the workspace, newest listing order.
@@ -48,7 +48,7 @@ pub(crate) async fn read(ws: &Workspace, uri: &str) -> Result<ReadResourceResult
     };
     let not_found = |e: cellhost::files::FileError| match e.code() {
         "io" => internal(e),
-        _ => ErrorData::resource_not_found(e.to_string(), None),
+        _ => ErrorData::resource_not_found(cellhost::error_chain(&e), None),
     };
     let file = match ws.open(path).await.map_err(not_found)? {
         Opened::File(f) => f,

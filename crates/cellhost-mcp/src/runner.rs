@@ -35,7 +35,7 @@ pub trait CellRunner: Send + Sync + 'static {
 /// The kernel spec of MCP cells: every tool the manager has, like the
 /// daemon's default, so a session's kernel is the same one over HTTP and
 /// MCP.
-pub fn default_spec(manager: &KernelManager) -> KernelSpec {
+pub(crate) fn default_spec(manager: &KernelManager) -> KernelSpec {
     KernelSpec::default().tools(manager.options().tools.names())
 }
 

@@ -169,7 +169,7 @@ impl McpServer {
         self.conn
             .manager
             .workspace(&owner)
-            .map_err(|e| ErrorData::invalid_request(e.to_string(), None))
+            .map_err(|e| ErrorData::invalid_request(cellhost::error_chain(&e), None))
     }
 
     async fn execute(

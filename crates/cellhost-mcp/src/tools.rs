@@ -40,7 +40,7 @@ pub(crate) struct ExecuteArgs {
 impl ExecuteArgs {
     /// The cell request these arguments make (validated like an HTTP
     /// request's), and the named session, if any.
-    pub fn request(self) -> Result<(ExecuteRequest, Option<String>), String> {
+    pub(crate) fn request(self) -> Result<(ExecuteRequest, Option<String>), String> {
         let req = ExecuteRequest {
             timeout: self.timeout,
             reset: self.reset,

@@ -10,8 +10,11 @@ use serde::Serialize;
 /// An API error: an HTTP status, a stable machine code, a sentence.
 #[derive(Debug, Clone)]
 pub struct ApiError {
+    /// The response's status.
     pub status: StatusCode,
+    /// The stable code clients match on (`bad_json`, `unknown_session`, …).
     pub code: &'static str,
+    /// What was wrong and what to do, for a person.
     pub message: String,
     /// Seconds for a `Retry-After` header (429, 503).
     pub retry_after: Option<u64>,
@@ -31,6 +34,7 @@ pub(crate) struct ErrorDetail {
 }
 
 impl ApiError {
+    /// An error answered with `status`, `code` and `message`.
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
@@ -46,10 +50,13 @@ impl ApiError {
         self
     }
 
+    /// A 400 with `code` and `message`.
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    /// A 404 `unknown_session`: no live kernel and no history for
+    /// `session`.
     pub fn unknown_session(session: &str) -> ApiError {
         ApiError::new(
             StatusCode::NOT_FOUND,
@@ -90,8 +97,12 @@ impl From<cellhost::registry::ManagerError> for ApiError {
     fn from(e: cellhost::registry::ManagerError) -> ApiError {
         use cellhost::registry::ManagerError;
         match e {
-            ManagerError::Owner(e) => ApiError::bad_request("invalid_session", e.to_string()),
-            ManagerError::Tools(e) => ApiError::bad_request("unknown_tool", e.to_string()),
+            ManagerError::Owner(e) => {
+                ApiError::bad_request("invalid_session", cellhost::error_chain(&e))
+            }
+            ManagerError::Tools(e) => {
+                ApiError::bad_request("unknown_tool", cellhost::error_chain(&e))
+            }
             ManagerError::ShutDown => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "shutting_down",
@@ -103,12 +114,21 @@ impl From<cellhost::registry::ManagerError> for ApiError {
             ManagerError::Kernel(e) if e.remote_backend().is_some() => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "kernel_unavailable",
-                e.to_string(),
+                cellhost::error_chain(&e),
             ),
             ManagerError::Kernel(e) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "kernel_unavailable",
-                format!("{e}; check the server's Python and sandbox setup (cellhost serve --help)"),
+                format!(
+                    "{}; check the server's Python and sandbox setup (cellhost serve --help)",
+                    cellhost::error_chain(&e)
+                ),
+            ),
+            // A failure the library added later: a 500 that still names it.
+            other => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                cellhost::error_chain(&other),
             ),
         }
     }

@@ -42,8 +42,10 @@ impl From<FileError> for ApiError {
             | FileError::NotRegular { .. } => StatusCode::CONFLICT,
             FileError::QuotaExceeded { .. } => StatusCode::INSUFFICIENT_STORAGE,
             FileError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            FileError::Io { .. } => {
-                eprintln!("cellhost: workspace: {e}");
+            // `Io`, and any failure the library adds later: logged, and
+            // answered without internals.
+            _ => {
+                eprintln!("cellhost: workspace: {}", cellhost::error_chain(&e));
                 return ApiError::new(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "io",
@@ -51,7 +53,7 @@ impl From<FileError> for ApiError {
                 );
             }
         };
-        ApiError::new(status, e.code(), e.to_string())
+        ApiError::new(status, e.code(), cellhost::error_chain(&e))
     }
 }
 

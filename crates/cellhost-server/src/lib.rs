@@ -15,6 +15,8 @@
 //! `queue` (bounds on cells in flight), `tenant` (the caller's session
 //! namespace and limits, used by every route).
 
+#![warn(missing_docs, unreachable_pub)]
+
 mod api;
 mod auth;
 mod conn;
@@ -95,9 +97,11 @@ impl Default for ServerOptions {
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
+    /// The kernels of every session.
     pub manager: KernelManager,
     /// `None` when history is off.
     pub history: Option<Arc<History>>,
+    /// The daemon's settings (limits, token, tenants).
     pub options: Arc<ServerOptions>,
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// Cells running now (graceful shutdown waits for them).
@@ -119,6 +123,8 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// The state of a daemon serving `manager`'s kernels, recording cells
+    /// in `history` when it is on.
     pub fn new(
         manager: KernelManager,
         history: Option<Arc<History>>,

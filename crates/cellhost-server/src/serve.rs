@@ -22,11 +22,18 @@ const DRAIN: Duration = Duration::from_secs(5);
 /// Why the daemon cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
+    /// A non-loopback address and no token.
     #[error("refusing to listen on {addr} without a token: anyone who can reach it could run code as you; set CELLHOST_TOKEN (or [server] token), or listen on 127.0.0.1")]
-    NeedToken { addr: SocketAddr },
+    NeedToken {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// The address could not be bound.
     #[error("failed to listen on {addr} (pick another address with --listen)")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// Why binding failed (in use, not permitted, not local).
         #[source]
         source: std::io::Error,
     },
@@ -35,7 +42,9 @@ pub enum ServeError {
 /// A bound listener, checked against the token rule.
 #[derive(Debug)]
 pub struct Listening {
+    /// The bound socket.
     pub listener: TcpListener,
+    /// The address it is bound to (the real port when 0 was asked for).
     pub addr: SocketAddr,
 }
 

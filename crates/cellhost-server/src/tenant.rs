@@ -20,7 +20,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use cellhost::history::{HistoryEntry, PageQuery};
 use cellhost::owner::session_of;
-pub use cellhost::tenant::Caller;
+pub(crate) use cellhost::tenant::Caller;
 use cellhost::KernelSummary;
 
 use crate::{ApiError, AppState};

@@ -20,6 +20,7 @@ pub struct Interpreter {
 
 /// Why no usable interpreter was found.
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum InterpreterError {
     /// A bare name (`python3`) matched no executable file in any `PATH`
     /// directory.

@@ -50,6 +50,8 @@ pub mod egress;
 pub mod env;
 pub mod environment;
 mod error_chain;
+#[cfg(test)]
+mod error_tests;
 pub mod events;
 pub mod files;
 pub mod history;

@@ -167,6 +167,6 @@ async fn a_runtime_dir_owned_by_another_user_is_refused() {
     std::fs::create_dir(&theirs).unwrap();
     std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
     let opts = cellhost::KernelOptions::default().runtime_dir(&theirs);
-    let err = cellhost::Kernel::spawn(opts).await.unwrap_err().to_string();
+    let err = cellhost::error_chain(&cellhost::Kernel::spawn(opts).await.unwrap_err());
     assert!(err.contains("belongs to another user"), "{err}");
 }

@@ -297,7 +297,8 @@ async fn a_kernel_that_cannot_start_leaves_no_entry_behind() {
             .execute_with("p", &spec, Cell::new("1"))
             .await
             .unwrap_err();
-        assert!(err.to_string().contains("nonexistent"), "{err}");
+        let err = cellhost::error_chain(&err);
+        assert!(err.contains("nonexistent"), "{err}");
     }
     assert!(m.manager.list().is_empty(), "{:?}", m.manager.list());
     assert_eq!(m.run("p", "1").await.value.as_deref(), Some("1"));

@@ -185,11 +185,11 @@ async fn a_request_picks_its_backend_and_local_stays_the_default_otherwise() {
     .await;
     assert_eq!(r.kernel.backend, "box");
     assert!(r.value.unwrap().contains("127.0.0.1"), "ran over ssh");
-    let e = m
-        .execute_with("s", &KernelSpec::default().backend("nope"), Cell::new("1"))
-        .await
-        .unwrap_err()
-        .to_string();
+    let e = cellhost::error_chain(
+        &m.execute_with("s", &KernelSpec::default().backend("nope"), Cell::new("1"))
+            .await
+            .unwrap_err(),
+    );
     assert!(e.contains("[backends.nope]") && e.contains("box"), "{e}");
     let kinds: Vec<String> = m.list().into_iter().map(|k| k.backend).collect();
     assert!(

@@ -238,12 +238,7 @@ async fn a_failed_ship_fails_closed() {
         |o| o,
     )
     .await;
-    let e = m
-        .manager
-        .execute("s", Cell::new("1"))
-        .await
-        .unwrap_err()
-        .to_string();
+    let e = cellhost::error_chain(&m.manager.execute("s", Cell::new("1")).await.unwrap_err());
     // The session's workspace is made under the tmpdir before the ship.
     assert!(
         (e.contains("could not ship") || e.contains("could not make the session's workspace"))
@@ -347,12 +342,7 @@ async fn a_remote_flood_counts_the_bytes_the_remote_side_cut_too() {
 #[tokio::test]
 async fn an_unreachable_host_fails_closed_with_what_to_check() {
     let m = remote_manager("box", with_ssh(|c| c.port = Some(1)), |o| o).await;
-    let e = m
-        .manager
-        .execute("s", Cell::new("1"))
-        .await
-        .unwrap_err()
-        .to_string();
+    let e = cellhost::error_chain(&m.manager.execute("s", Cell::new("1")).await.unwrap_err());
     assert!(
         e.contains("backend \"box\"") && e.contains("cannot connect") && e.contains("check host"),
         "{e}"

@@ -29,8 +29,14 @@ const HEALTHY_RUN: Duration = Duration::from_secs(30);
 /// Why code mode could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum DownstreamError {
+    /// One server could not be started, initialized or listed.
     #[error("[[mcp_servers]] {name:?}: {message}")]
-    Start { name: String, message: String },
+    Start {
+        /// The server's `name` in `[[mcp_servers]]`.
+        name: String,
+        /// What failed and what to check.
+        message: String,
+    },
 }
 
 /// The running downstream servers.

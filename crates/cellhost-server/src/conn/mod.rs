@@ -69,6 +69,8 @@ impl Default for HttpLimits {
 }
 
 impl HttpLimits {
+    /// The limits a `[server]` section sets (timeouts in seconds become
+    /// `Duration`s).
     pub fn from_config(c: &cellhost::config::ServerConfig) -> HttpLimits {
         HttpLimits {
             header_timeout: Duration::from_secs(c.header_timeout_seconds),

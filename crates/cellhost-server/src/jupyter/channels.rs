@@ -126,7 +126,10 @@ async fn run(mut socket: WebSocket, j: Jupyter, hub: Arc<Hub>) {
                     Err(e) => {
                         let m = messages::stream(
                             "stderr",
-                            &format!("cellhost: ignored a WebSocket frame: {e}\n"),
+                            &format!(
+                                "cellhost: ignored a WebSocket frame: {}\n",
+                                cellhost::error_chain(&e)
+                            ),
                             &shared.session,
                             None,
                         );

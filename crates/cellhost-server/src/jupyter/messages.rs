@@ -47,11 +47,11 @@ pub(crate) struct Incoming {
 /// Why a text frame is not a message.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ParseError {
-    #[error("the frame is not JSON ({0}); send one Jupyter message as a JSON object per frame")]
+    #[error("the frame is not JSON (send one Jupyter message as a JSON object per frame)")]
     NotJson(#[source] serde_json::Error),
     #[error(
-        "the message has no valid header ({0}); a message needs \
-         header.msg_id and header.msg_type (Jupyter messaging 5.3)"
+        "the message has no valid header (a message needs header.msg_id and \
+         header.msg_type, Jupyter messaging 5.3)"
     )]
     BadHeader(#[source] serde_json::Error),
 }
@@ -229,6 +229,17 @@ mod tests {
         assert!(matches!(Incoming::parse("{"), Err(ParseError::NotJson(_))));
         let e = Incoming::parse(r#"{"header":{"msg_id":"x"}}"#).unwrap_err();
         assert!(e.to_string().contains("msg_type"), "{e}");
+    }
+
+    #[test]
+    fn a_parse_error_names_its_cause_once() {
+        use std::error::Error;
+        for text in ["{", r#"{"header":{"msg_id":"x"}}"#] {
+            let e = Incoming::parse(text).unwrap_err();
+            let cause = e.source().expect("the serde error").to_string();
+            assert!(!e.to_string().contains(&cause), "{e}");
+            assert!(cellhost::error_chain(&e).ends_with(&cause), "{e}");
+        }
     }
 
     #[test]

@@ -56,10 +56,14 @@ impl Default for RemoteCommon {
 }
 
 impl RemoteCommon {
+    /// [`spawn_timeout_seconds`](RemoteCommon#structfield.spawn_timeout_seconds)
+    /// as a `Duration` (negative counts as zero).
     pub fn spawn_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.spawn_timeout_seconds.max(0.0))
     }
 
+    /// [`transport_timeout_seconds`](RemoteCommon#structfield.transport_timeout_seconds)
+    /// as a `Duration` (at least 0.1 s).
     pub fn transport_timeout(&self) -> Duration {
         Duration::from_secs_f64(self.transport_timeout_seconds.max(0.1))
     }
@@ -73,7 +77,10 @@ pub struct SshConfig {
     pub host: Option<String>,
     /// Several hosts: a fleet. New owners go to the least-loaded host.
     pub hosts: Vec<String>,
+    /// Remote login user (`ssh -l`; default: ssh's own, from its config or
+    /// the local user).
     pub user: Option<String>,
+    /// Remote sshd port (`ssh -p`; default: ssh's own, normally 22).
     pub port: Option<u16>,
     /// Private key file (`ssh -i`).
     pub identity: Option<PathBuf>,
@@ -91,9 +98,16 @@ pub struct SshConfig {
     pub connect_timeout_seconds: Option<u64>,
     /// `python`, `tmpdir`, timeouts: see [`RemoteCommon`].
     pub python: Option<String>,
+    /// Parent of the kernel dirs on the remote side (see
+    /// [`RemoteCommon::tmpdir`]).
     pub tmpdir: Option<String>,
+    /// Seconds a runner may take to start (default 30).
     pub spawn_timeout_seconds: Option<f64>,
+    /// Seconds after which an idle runner exits by itself (see
+    /// [`RemoteCommon::idle_exit_seconds`]).
     pub idle_exit_seconds: Option<u64>,
+    /// Seconds a transport command may take beyond the cell's timeout
+    /// (default 30).
     pub transport_timeout_seconds: Option<f64>,
 }
 
@@ -131,9 +145,16 @@ pub struct DockerConfig {
     pub docker_host: Option<String>,
     /// `python`, `tmpdir`, timeouts: see [`RemoteCommon`].
     pub python: Option<String>,
+    /// Parent of the kernel dirs on the remote side (see
+    /// [`RemoteCommon::tmpdir`]).
     pub tmpdir: Option<String>,
+    /// Seconds a runner may take to start (default 30).
     pub spawn_timeout_seconds: Option<f64>,
+    /// Seconds after which an idle runner exits by itself (see
+    /// [`RemoteCommon::idle_exit_seconds`]).
     pub idle_exit_seconds: Option<u64>,
+    /// Seconds a transport command may take beyond the cell's timeout
+    /// (default 30).
     pub transport_timeout_seconds: Option<f64>,
 }
 
@@ -141,17 +162,29 @@ pub struct DockerConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
 pub struct KubectlConfig {
+    /// The pod kernels run in (it must exist and have Python).
     pub pod: String,
+    /// `kubectl -n` (default: the context's namespace).
     pub namespace: Option<String>,
+    /// `kubectl exec -c`, for a pod of several containers (default: its
+    /// default container).
     pub container: Option<String>,
+    /// `kubectl --context` (default: the current context).
     pub context: Option<String>,
     /// The kubectl client (default `kubectl` on PATH).
     pub kubectl: Option<PathBuf>,
     /// `python`, `tmpdir`, timeouts: see [`RemoteCommon`].
     pub python: Option<String>,
+    /// Parent of the kernel dirs on the remote side (see
+    /// [`RemoteCommon::tmpdir`]).
     pub tmpdir: Option<String>,
+    /// Seconds a runner may take to start (default 30).
     pub spawn_timeout_seconds: Option<f64>,
+    /// Seconds after which an idle runner exits by itself (see
+    /// [`RemoteCommon::idle_exit_seconds`]).
     pub idle_exit_seconds: Option<u64>,
+    /// Seconds a transport command may take beyond the cell's timeout
+    /// (default 30).
     pub transport_timeout_seconds: Option<f64>,
 }
 
@@ -159,8 +192,11 @@ pub struct KubectlConfig {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum BackendConfig {
+    /// `kind = "ssh"`.
     Ssh(SshConfig),
+    /// `kind = "docker"`.
     Docker(DockerConfig),
+    /// `kind = "kubectl"`.
     Kubectl(KubectlConfig),
 }
 
@@ -180,6 +216,7 @@ macro_rules! common_of {
 }
 
 impl BackendConfig {
+    /// The section's shared settings, with defaults for the keys it omits.
     pub fn common(&self) -> RemoteCommon {
         match self {
             BackendConfig::Ssh(c) => common_of!(c),

@@ -10,10 +10,16 @@ const MIB: u64 = 1024 * 1024;
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct LimitsConfig {
+    /// Memory of one kernel, in MiB (default 2048).
     pub memory_mib: u64,
+    /// CPU seconds one cell may use (default 300); a breach kills the
+    /// kernel.
     pub cpu_seconds_per_cell: u64,
+    /// Processes and threads of one kernel (default 512).
     pub max_processes: u64,
+    /// Open files per kernel process (default 1024).
     pub max_open_files: u64,
+    /// Largest file a kernel may write, in MiB (default 1024).
     pub max_file_size_mib: u64,
     /// Per-kernel cgroups for memory and processes where the host has a
     /// writable hierarchy (else rlimits); `false`: rlimits only.
@@ -50,6 +56,8 @@ impl LimitsConfig {
         (self.workspace_mib > 0).then(|| self.workspace_mib.saturating_mul(MIB))
     }
 
+    /// The kernel limits these keys set, in bytes and seconds (0 becomes
+    /// `None`: unlimited).
     pub fn limits(&self) -> ResourceLimits {
         let some = |v: u64| (v > 0).then_some(v);
         ResourceLimits {

@@ -74,16 +74,34 @@ pub struct Config {
 
 /// Why a configuration file could not be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
+    /// The file could not be read.
     #[error("cannot read config file {path} (check the path given to --config)")]
     Read {
+        /// The config file.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
+    /// The file is not valid TOML or has keys or types cellhost does not
+    /// know.
     #[error("invalid config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
+    Parse {
+        /// The config file.
+        path: PathBuf,
+        /// The TOML parser's message (it names the line and the key).
+        message: String,
+    },
+    /// The file parses, but its values do not go together (a zero where
+    /// a size is needed, a pool larger than `max_kernels`, …).
     #[error("invalid config file {path}: {message}")]
-    Invalid { path: PathBuf, message: String },
+    Invalid {
+        /// The config file.
+        path: PathBuf,
+        /// Which section and key are wrong, and why.
+        message: String,
+    },
 }
 
 impl Config {

@@ -11,6 +11,7 @@ pub struct PackagesConfig {
     pub enabled: bool,
     /// The package index (`None`: pip's default, PyPI).
     pub index_url: Option<String>,
+    /// More indexes searched besides `index_url` (`--extra-index-url`).
     pub extra_index_urls: Vec<String>,
     /// Name patterns (`*` matches any run of characters; names compare
     /// normalized, PEP 503): when not empty, only matching names install.
@@ -35,9 +36,12 @@ pub struct PackagesConfig {
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum PipInstaller {
+    /// `uv pip` when a `uv` is found, else pip.
     #[default]
     Auto,
+    /// Always the kernel interpreter's pip.
     Pip,
+    /// Always `uv pip` (an error when no `uv` is found).
     Uv,
 }
 

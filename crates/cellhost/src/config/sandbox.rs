@@ -10,7 +10,9 @@ use crate::sandbox::{Sandbox, StrictSandbox};
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum Profile {
+    /// `none`: no isolation ([`Sandbox::None`]).
     None,
+    /// `strict`: bubblewrap isolation ([`Sandbox::Strict`]).
     Strict,
 }
 
@@ -72,6 +74,7 @@ impl<'de> Deserialize<'de> for Network {
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
+    /// `profile`: `"none"` or `"strict"` (unset: the front end's default).
     pub profile: Option<Profile>,
     /// strict: `"off"` (default: no network), `"allowlist"` (only the
     /// host's egress proxy, to `allow_hosts`) or `"host"` (the host's
@@ -85,8 +88,11 @@ pub struct SandboxConfig {
     /// tests that host an "allowed" server on this machine; never in
     /// production (`127.0.0.0/8` opens the daemon's own loopback).
     pub allow_private_cidrs: Vec<String>,
-    /// strict, host running as root: the uid/gid kernels run as.
+    /// strict, host running as root: the uid kernels run as (default
+    /// 65534).
     pub uid: u32,
+    /// strict, host running as root: the gid kernels run as (default
+    /// 65534).
     pub gid: u32,
     /// strict, host running as root, daemon: one uid per session from this
     /// inclusive range, `[lo, hi]` (default `[200000, 265535]`); `[]`:

@@ -77,6 +77,8 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
+    /// [`shutdown_grace`](ServerConfig#structfield.shutdown_grace) as a
+    /// `Duration`.
     pub fn shutdown_grace(&self) -> Duration {
         Duration::from_secs(self.shutdown_grace)
     }

@@ -84,7 +84,7 @@ impl ToolConfig {
 /// A light URL check (authority present, no spaces): the server parses it
 /// for real.
 mod url_probe {
-    pub struct Uri;
+    pub(super) struct Uri;
     impl std::str::FromStr for Uri {
         type Err = ();
         fn from_str(s: &str) -> Result<Uri, ()> {

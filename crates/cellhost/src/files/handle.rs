@@ -142,18 +142,18 @@ impl Local {
     }
 
     /// The workspace directory on this host.
-    pub fn root(&self) -> &Path {
+    pub(super) fn root(&self) -> &Path {
         &self.root
     }
 
     /// Where the kernel sees the workspace (`/workspace` in the strict
     /// sandbox; the host path otherwise).
-    pub fn in_kernel(&self) -> &Path {
+    pub(super) fn in_kernel(&self) -> &Path {
         &self.in_kernel
     }
 
     /// The quota in bytes (`None`: unlimited).
-    pub fn quota(&self) -> Option<u64> {
+    pub(super) fn quota(&self) -> Option<u64> {
         self.quota
     }
 
@@ -185,7 +185,7 @@ impl Local {
     /// # Errors
     /// `invalid_path`, `is_a_directory` (the target or the root),
     /// `not_a_directory`, `too_large`, `quota_exceeded`, `bad_body`, `io`.
-    pub async fn write<R: AsyncRead + Unpin>(
+    pub(super) async fn write<R: AsyncRead + Unpin>(
         &self,
         rel: &str,
         mut body: R,
@@ -354,7 +354,7 @@ impl Local {
     /// # Errors
     /// `invalid_path` (a symlink on the way, `..`, …), `not_found`,
     /// `not_a_directory`, `not_a_regular_file`.
-    pub async fn open(&self, rel: &str) -> Result<Opened, FileError> {
+    pub(super) async fn open(&self, rel: &str) -> Result<Opened, FileError> {
         let rel = RelPath::parse(rel)?;
         let me = self.clone();
         blocking(move || {
@@ -387,7 +387,7 @@ impl Local {
 
     /// Copy `path` (or its `range`, start and length) to `dst`. Returns the
     /// bytes copied.
-    pub async fn read_to<W: AsyncWrite + Unpin>(
+    pub(super) async fn read_to<W: AsyncWrite + Unpin>(
         &self,
         rel: &str,
         range: Option<(u64, u64)>,
@@ -418,7 +418,12 @@ impl Local {
     ///
     /// # Errors
     /// `invalid_path`, `not_found`, `not_a_directory`.
-    pub async fn list(&self, rel: &str, recursive: bool, max: usize) -> Result<Listing, FileError> {
+    pub(super) async fn list(
+        &self,
+        rel: &str,
+        recursive: bool,
+        max: usize,
+    ) -> Result<Listing, FileError> {
         let rel = RelPath::parse(rel)?;
         let me = self.clone();
         blocking(move || {
@@ -483,7 +488,7 @@ impl Local {
     /// # Errors
     /// `invalid_path` (also the root itself), `not_found`,
     /// `is_a_directory` (non-empty without `recursive`).
-    pub async fn remove(&self, rel: &str, recursive: bool) -> Result<(), FileError> {
+    pub(super) async fn remove(&self, rel: &str, recursive: bool) -> Result<(), FileError> {
         let rel = RelPath::parse(rel)?;
         let Some((parents, last)) = rel.split_last() else {
             return Err(FileError::InvalidPath {
@@ -516,7 +521,7 @@ impl Local {
     }
 
     /// Bytes of regular files in the workspace (what the quota counts).
-    pub async fn usage(&self) -> Result<u64, FileError> {
+    pub(super) async fn usage(&self) -> Result<u64, FileError> {
         let me = self.clone();
         blocking(move || Ok(me.root_fd()?.map_or(0, |root| usage(&root)))).await
     }

@@ -32,6 +32,7 @@ pub const DEFAULT_MAX_ENTRIES: usize = 10_000;
 
 /// Why a workspace operation failed. [`FileError::code`] is the API's code.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum FileError {
     /// `invalid_path`: the path is malformed (absolute, `.`/`..`, NUL,
     /// over-long) or passes through a symlink, which is never followed.
@@ -99,10 +100,10 @@ pub enum FileError {
     },
     /// `bad_body`: reading the client's upload body failed (the client
     /// went away, a malformed chunked body); the partial file was removed.
-    #[error("the upload body could not be read: {0}")]
+    #[error("the upload body could not be read")]
     Body(#[source] std::io::Error),
     /// `io`: a filesystem call failed for another reason.
-    #[error("failed to {about}: {err}")]
+    #[error("failed to {about}")]
     Io {
         /// What was being done, phrased to follow "failed to ".
         about: &'static str,

@@ -15,9 +15,9 @@ use std::path::Path;
 use super::path;
 
 /// Spill files kept per workspace (older ones are removed).
-pub const KEEP: usize = 20;
+pub(crate) const KEEP: usize = 20;
 /// Where in the workspace spill files go.
-pub const DIR: &str = ".cellhost/output";
+pub(crate) const DIR: &str = ".cellhost/output";
 
 /// Write `text` to `<root>/.cellhost/output/<name>` and prune older spill
 /// files. Returns the path relative to the workspace root.

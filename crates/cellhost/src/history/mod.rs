@@ -145,6 +145,7 @@ impl HistoryEntry {
 
 /// Why the history database cannot be used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum HistoryError {
     /// A SQLite call failed: opening or migrating the database, applying
     /// retention, or a read.

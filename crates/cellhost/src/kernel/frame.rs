@@ -23,51 +23,63 @@ const DISPLAY_TAG: &[u8] = b"op 7\ndisplay";
 
 /// Why bytes on the control pipe are not a valid frame.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum FrameError {
+pub(crate) enum FrameError {
+    /// The frame is larger than a reply or display may be.
     #[error("frame of {size} bytes is over the size limit ({MAX_REPLY} bytes for a reply, {MAX_FRAME} for a display)")]
-    TooLarge { size: usize },
+    TooLarge {
+        /// The frame's size in bytes, as its length prefix claims.
+        size: usize,
+    },
+    /// A field header is not `name length\n`.
     #[error("malformed field header at byte {offset}")]
-    BadHeader { offset: usize },
+    BadHeader {
+        /// Where in the frame body the bad header starts.
+        offset: usize,
+    },
+    /// A field's length runs past the end of the frame.
     #[error("field `{name}` claims {size} bytes but only {left} remain")]
     Overrun {
+        /// The field's name.
         name: String,
+        /// The length its header claims, in bytes.
         size: usize,
+        /// The bytes left in the frame.
         left: usize,
     },
 }
 
 /// The decoded fields of one frame.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Frame {
+pub(crate) struct Frame {
     fields: BTreeMap<String, Vec<u8>>,
 }
 
 impl Frame {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
-    pub fn with(mut self, name: &str, value: impl Into<Vec<u8>>) -> Self {
+    pub(crate) fn with(mut self, name: &str, value: impl Into<Vec<u8>>) -> Self {
         self.fields.insert(name.to_owned(), value.into());
         self
     }
 
-    pub fn bytes(&self, name: &str) -> Option<&[u8]> {
+    pub(crate) fn bytes(&self, name: &str) -> Option<&[u8]> {
         self.fields.get(name).map(Vec::as_slice)
     }
 
     /// A field as text (lossy: the runner sends UTF-8 with surrogateescape).
-    pub fn text(&self, name: &str) -> Option<String> {
+    pub(crate) fn text(&self, name: &str) -> Option<String> {
         self.bytes(name)
             .map(|b| String::from_utf8_lossy(b).into_owned())
     }
 
     /// Move a field out of the frame.
-    pub fn take(&mut self, name: &str) -> Option<Vec<u8>> {
+    pub(crate) fn take(&mut self, name: &str) -> Option<Vec<u8>> {
         self.fields.remove(name)
     }
 
-    pub fn int(&self, name: &str) -> Option<i64> {
+    pub(crate) fn int(&self, name: &str) -> Option<i64> {
         std::str::from_utf8(self.bytes(name)?)
             .ok()?
             .trim()
@@ -76,7 +88,7 @@ impl Frame {
     }
 
     /// The frame as bytes, length prefix included.
-    pub fn encode(&self) -> Vec<u8> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
         let body_len: usize = self
             .fields
             .iter()
@@ -97,7 +109,7 @@ impl Frame {
     }
 
     /// Decode one frame body (without the length prefix).
-    pub fn decode(body: &[u8]) -> Result<Frame, FrameError> {
+    pub(crate) fn decode(body: &[u8]) -> Result<Frame, FrameError> {
         let mut fields = BTreeMap::new();
         let mut i = 0;
         while i < body.len() {
@@ -139,7 +151,7 @@ impl Frame {
 /// once as `op=display, skipped=<size>`, so a runner that ignores the
 /// display caps cannot make the host hold more than the cap.
 #[derive(Debug)]
-pub struct FrameReader {
+pub(crate) struct FrameReader {
     buf: Vec<u8>,
     skip_displays_over: usize,
     /// Bytes of a discarded display frame still to come.
@@ -154,7 +166,7 @@ impl Default for FrameReader {
 
 impl FrameReader {
     /// A reader that discards display frames with a body over `limit`.
-    pub fn with_display_limit(limit: usize) -> Self {
+    pub(crate) fn with_display_limit(limit: usize) -> Self {
         FrameReader {
             buf: Vec::new(),
             skip_displays_over: limit.max(DISPLAY_TAG.len()),
@@ -162,14 +174,14 @@ impl FrameReader {
         }
     }
 
-    pub fn extend(&mut self, bytes: &[u8]) {
+    pub(crate) fn extend(&mut self, bytes: &[u8]) {
         let skip = self.skipping.min(bytes.len());
         self.skipping -= skip;
         self.buf.extend_from_slice(&bytes[skip..]);
     }
 
     /// The next complete frame, if one has arrived.
-    pub fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
+    pub(crate) fn next_frame(&mut self) -> Result<Option<Frame>, FrameError> {
         if self.buf.len() < 4 {
             return Ok(None);
         }

@@ -1,7 +1,7 @@
 //! Session kernels: one live Python process per [`Kernel`] handle.
 //!
 //! A [`Kernel`] is a cheap, cloneable handle. One task (the session actor,
-//! in `actor.rs`) owns the kernel through a [`driver::Driver`]: the local
+//! in `actor.rs`) owns the kernel through a `driver::Driver`: the local
 //! one (`local.rs`: the process, its pipes and its output captures) or a
 //! remote one (`crate::remote::kernel`). Handles send the actor messages;
 //! cells run one at a time in arrival order.
@@ -42,7 +42,6 @@ pub(crate) use process::max_display_bytes;
 
 pub(crate) use display::Displays;
 pub use display::{CellEvent, DisplayLimits};
-pub use frame::FrameError;
 pub(crate) use process::{Exit, RUNNER_FILES, RUNNER_SOURCE};
 // Old paths of the helpers now in `crate::sys`.
 pub(crate) use crate::sys::random_hex;
@@ -69,6 +68,8 @@ pub struct KernelOptions {
     /// Where full output is spilled when a cell's output is cut. Spill
     /// files outlive the kernel; their owner removes them.
     pub spill_dir: PathBuf,
+    /// How much of each cell's stdout and stderr a result keeps (the rest is
+    /// cut in the middle and spilled; see [`OutputLimits`]).
     pub output: OutputLimits,
     /// Size caps of rich outputs (`display()`, figures).
     pub display: DisplayLimits,
@@ -141,41 +142,56 @@ impl Default for KernelOptions {
 }
 
 impl KernelOptions {
+    /// Run kernels on this interpreter: a path, or a bare name looked up on
+    /// PATH (see [`KernelOptions::python`](KernelOptions#structfield.python)).
     pub fn python(mut self, python: impl Into<PathBuf>) -> Self {
         self.python = Some(python.into());
         self
     }
 
+    /// Start kernels in this directory (with the strict sandbox, a path
+    /// inside the sandbox).
     pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
         self.cwd = Some(cwd.into());
         self
     }
 
+    /// Stop cells that set no timeout of their own after `timeout` of wall
+    /// time (the cell is interrupted; its result says `timeout`).
     pub fn default_timeout(mut self, timeout: Duration) -> Self {
         self.default_timeout = Some(timeout);
         self
     }
 
+    /// How long an interrupted or timed-out cell may take to settle before
+    /// the kernel is killed and its state is lost.
     pub fn interrupt_grace(mut self, grace: Duration) -> Self {
         self.interrupt_grace = grace;
         self
     }
 
+    /// Cap rich outputs (`display()`, figures) at these sizes.
     pub fn display_limits(mut self, limits: DisplayLimits) -> Self {
         self.display = limits;
         self
     }
 
+    /// Start kernels with this environment (and redact its secrets from
+    /// their output).
     pub fn env(mut self, env: ChildEnv) -> Self {
         self.env = env;
         self
     }
 
+    /// Isolate kernels with this profile ([`Sandbox::None`] or
+    /// [`Sandbox::Strict`]).
     pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
         self.sandbox = sandbox;
         self
     }
 
+    /// Apply these per-kernel resource limits (memory, CPU per cell,
+    /// processes, open files, file size).
     pub fn limits(mut self, limits: ResourceLimits) -> Self {
         self.limits = limits;
         self
@@ -192,6 +208,8 @@ impl KernelOptions {
 /// One execution request.
 #[derive(Debug, Clone, Default)]
 pub struct Cell {
+    /// The Python source to run, as one cell (statements; the last
+    /// expression's value becomes [`CellResult::value`]).
     pub code: String,
     /// Overrides [`KernelOptions::default_timeout`].
     pub timeout: Option<Duration>,
@@ -227,6 +245,8 @@ pub struct Cell {
 }
 
 impl Cell {
+    /// A cell running `code` with no timeout of its own, no reset and no
+    /// tools.
     pub fn new(code: impl Into<String>) -> Cell {
         Cell {
             code: code.into(),
@@ -234,11 +254,15 @@ impl Cell {
         }
     }
 
+    /// Stop this cell after `timeout` of wall time (overrides the kernel's
+    /// default timeout).
     pub fn timeout(mut self, timeout: Duration) -> Cell {
         self.timeout = Some(timeout);
         self
     }
 
+    /// With `true`, restart the kernel process (discarding its variables
+    /// and imports) before this cell runs.
     pub fn reset(mut self, reset: bool) -> Cell {
         self.reset = reset;
         self
@@ -282,45 +306,82 @@ impl Cell {
 
 /// Failure to start a kernel process.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SpawnError {
+    /// The Python interpreter could not be found or probed.
     #[error(transparent)]
     Interpreter(#[from] InterpreterError),
+    /// The sandbox for the kernel could not be prepared.
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
-    #[error("failed to {about}: {err}")]
+    /// A host-side step of the start (staging dir, pipes, sockets) failed.
+    #[error("failed to {about}")]
     Io {
+        /// What was being done, as a verb phrase ("create the staging dir").
         about: &'static str,
+        /// The operating system's error.
         #[source]
         err: std::io::Error,
     },
-    #[error("failed to start {}: {err}", python.display())]
+    /// The interpreter (or bwrap) could not be executed.
+    #[error("failed to start {}", python.display())]
     Exec {
+        /// The interpreter that was to run the kernel.
         python: PathBuf,
+        /// Why `exec` failed.
         #[source]
         err: std::io::Error,
     },
+    /// The process ended before the runner said hello.
     #[error("the kernel {exit} during startup: {stderr_tail}")]
-    DiedAtStart { exit: String, stderr_tail: String },
+    DiedAtStart {
+        /// How it ended ("exited with status 1", "was killed by signal 9 (SIGKILL)").
+        exit: String,
+        /// The last 4 KiB the process wrote to stderr.
+        stderr_tail: String,
+    },
+    /// The runner did not say hello within
+    /// [`KernelOptions::spawn_timeout`](KernelOptions#structfield.spawn_timeout).
     #[error("the kernel did not start within {after:?}")]
-    Timeout { after: Duration },
+    Timeout {
+        /// The timeout that passed.
+        after: Duration,
+    },
+    /// The interpreter is older than Python 3.8.
     #[error(
         "python {version} is too old: cellhost needs Python 3.8 or newer (pass --python PATH)"
     )]
-    TooOld { version: String },
+    TooOld {
+        /// The version the runner reported (dotted, such as `3.7.9`).
+        version: String,
+    },
+    /// The runner answered, but not with a valid hello.
     #[error("kernel handshake failed: {detail}")]
-    Handshake { detail: String },
+    Handshake {
+        /// What was wrong with the answer.
+        detail: String,
+    },
     /// A remote kernel could not be shipped to or reached on its host
     /// (see [`crate::remote`]).
     #[error("failed to start a remote kernel on backend {backend:?}: {detail}")]
-    Remote { backend: String, detail: String },
+    Remote {
+        /// The backend's name (`[backends.NAME]`).
+        backend: String,
+        /// What failed on the transport or the host, and what to check.
+        detail: String,
+    },
 }
 
 /// Failure of a kernel operation. A cell that fails (exception, timeout,
 /// crash) is not an error: it is a [`CellResult`] that says so.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KernelError {
-    #[error("failed to start a kernel: {0}")]
+    /// A kernel process was needed (the first cell, or one after a reset or
+    /// a crash) and could not be started.
+    #[error("failed to start a kernel")]
     Spawn(#[from] SpawnError),
+    /// The kernel was shut down ([`Kernel::shutdown`]); its handle is dead.
     #[error("the kernel has been shut down; start a new one")]
     Closed,
 }

@@ -18,6 +18,7 @@ use crate::sys::process_start_time;
 /// One process and how to recognise it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProcessId {
+    /// The process id (which the system may have reused since).
     pub pid: u32,
     /// Clock ticks since boot (see [`process_start_time`]).
     pub start_time: u64,
@@ -58,9 +59,13 @@ pub struct KernelRecord {
     /// The host's child and leader of the kernel's process group: the
     /// runner itself, or bwrap under the strict sandbox.
     pub leader: ProcessId,
+    /// The kernel's process group id (the leader's pid): teardown signals the
+    /// whole group.
     pub pgid: u32,
     /// The death-pipe watcher (its own session), if it started.
     pub watcher: Option<ProcessId>,
+    /// The kernel's private staging dir on the host (runner sources, control
+    /// sockets), removed at teardown.
     pub staging: PathBuf,
 }
 

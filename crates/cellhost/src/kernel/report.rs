@@ -22,7 +22,7 @@ pub enum StateChange {
     /// The previous process died while idle (`how`: "was killed by
     /// SIGKILL"); told by the fresh kernel's first cell.
     DiedIdle {
-        /// How it died, as [`Exit`] describes it.
+        /// How it died, as `Exit::describe` words it.
         how: String,
     },
     /// The previous process wrote something other than a display on its

@@ -37,7 +37,7 @@ impl KernelManager {
     /// child's workspace is its own: the parent's handle never sees it.
     ///
     /// # Errors
-    /// [`ManagerError::Owner`] for an invalid owner.
+    /// [`ManagerError::Owner`](super::ManagerError::Owner) for an invalid owner.
     pub fn workspace(&self, owner: &str) -> Result<crate::files::Workspace, super::ManagerError> {
         super::key::validate_owner(owner)?;
         let opts = &self.shared.opts;

@@ -31,11 +31,14 @@ pub struct KernelSpec {
 }
 
 impl KernelSpec {
+    /// Run the kernel on this interpreter (a path or a bare name on
+    /// PATH).
     pub fn python(mut self, python: impl Into<PathBuf>) -> Self {
         self.python = Some(python.into());
         self
     }
 
+    /// Start the kernel in this directory.
     pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
         self.cwd = Some(cwd.into());
         self
@@ -47,6 +50,8 @@ impl KernelSpec {
         self
     }
 
+    /// Let the kernel's cells call these tools (names registered in
+    /// [`ManagerOptions::tools`](super::ManagerOptions::tools)).
     pub fn tools<I, S>(mut self, tools: I) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -65,8 +70,11 @@ impl KernelSpec {
 /// `(owner, backend, interpreter, cwd, sorted tool set)`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct KernelKey {
+    /// The session id (a child's is `parent::child`).
     pub owner: String,
+    /// Where the kernel runs: `"local"` or a `[backends.NAME]`.
     pub backend: String,
+    /// Interpreter, cwd and tools (its `backend` is always `None`).
     #[serde(flatten)]
     pub spec: KernelSpec,
 }

@@ -50,13 +50,18 @@ pub(crate) use workspace::dir_name as workspace_dir_name;
 /// Failure of a manager call. A cell that fails is not an error: it is a
 /// [`CellResult`] that says so.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ManagerError {
+    /// The owner (session id) is not a valid name.
     #[error(transparent)]
     Owner(#[from] OwnerError),
+    /// The owner's kernel could not be started.
     #[error(transparent)]
     Kernel(#[from] KernelError),
+    /// [`KernelManager::shutdown`] has run; the manager takes no cells.
     #[error("the kernel manager has shut down; start a new one")]
     ShutDown,
+    /// The kernel spec names a tool the manager does not have.
     #[error(transparent)]
     Tools(#[from] ToolSetError),
 }
@@ -64,10 +69,16 @@ pub enum ManagerError {
 /// Counters since the manager started (for metrics).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ManagerStats {
+    /// Kernel processes started (for owners and for the warm pool).
     pub spawns: u64,
+    /// Owners' first cells served by a kernel from the warm pool.
     pub pool_hits: u64,
+    /// Idle kernels killed to stay within `max_kernels`.
     pub evictions: u64,
+    /// Kernels killed for being idle past `idle_timeout`.
     pub reaps: u64,
+    /// Kernels killed by [`KernelManager::dispose_owner`] or
+    /// [`KernelManager::dispose_child`].
     pub disposals: u64,
     /// Tool calls that reached a tool.
     pub tool_calls: u64,
@@ -333,7 +344,7 @@ impl KernelManager {
                 Ok(r) => r,
                 Err(e) => {
                     if let Some(n) = count {
-                        bus.cell_failed(owner, n, "kernel", &e.to_string());
+                        bus.cell_failed(owner, n, "kernel", &crate::error_chain(&e));
                     }
                     return Err(e.into());
                 }
@@ -653,6 +664,7 @@ impl KernelManager {
         self.shared.pool.len()
     }
 
+    /// The counters since [`KernelManager::start`].
     pub fn stats(&self) -> ManagerStats {
         let c = &self.shared.counters;
         ManagerStats {

@@ -56,6 +56,8 @@ pub struct ManagerOptions {
 }
 
 impl ManagerOptions {
+    /// The documented defaults, keeping records, workspaces and caches
+    /// under `data_dir`.
     pub fn new(data_dir: impl Into<PathBuf>) -> ManagerOptions {
         let defaults = LifecycleConfig::default();
         ManagerOptions {
@@ -147,21 +149,27 @@ impl ManagerOptions {
         self
     }
 
+    /// Start every kernel from this template.
     pub fn kernel(mut self, kernel: KernelOptions) -> Self {
         self.kernel = kernel;
         self
     }
 
+    /// Keep at most `n` owned kernels alive (at least 1): the least
+    /// recently used idle one is evicted for a new owner.
     pub fn max_kernels(mut self, n: usize) -> Self {
         self.max_kernels = n.max(1);
         self
     }
 
+    /// Reap kernels idle for longer than `idle` (`None`: never).
     pub fn idle_timeout(mut self, idle: Option<Duration>) -> Self {
         self.idle_timeout = idle;
         self
     }
 
+    /// Run the background reaping pass every `every` instead of the
+    /// default derived from the idle timeout.
     pub fn reap_interval(mut self, every: Duration) -> Self {
         self.reap_interval = Some(every);
         self
@@ -179,6 +187,8 @@ impl ManagerOptions {
         self
     }
 
+    /// Keep `n` started, unowned kernels ready for new owners (0: none;
+    /// every first cell waits for a spawn).
     pub fn warm_pool(mut self, n: usize) -> Self {
         self.warm_pool = n;
         self
@@ -292,7 +302,7 @@ impl ManagerOptions {
                 Some(strict) => this
                     .strict_for(strict, dir, &dir.to_string_lossy())
                     .and_then(|strict| crate::sandbox::launch::ensure_workspace(dir, &strict))
-                    .map_err(|e| std::io::Error::other(e.to_string())),
+                    .map_err(|e| std::io::Error::other(crate::error_chain(&e))),
                 None => match std::fs::DirBuilder::new().mode(0o700).create(dir) {
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
                     other => other,

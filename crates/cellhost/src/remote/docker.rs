@@ -15,10 +15,10 @@ use super::transport::{run_client, BoxFuture, Client, ExecError, ExecOutput, Tra
 use crate::config::DockerConfig;
 
 /// The label of containers started for a kernel: the manager's id.
-pub const LABEL: &str = "cellhost.manager";
+pub(super) const LABEL: &str = "cellhost.manager";
 
 /// Remove every container labelled as started by `manager`.
-pub async fn remove_labelled(config: &DockerConfig, manager: &str) {
+pub(super) async fn remove_labelled(config: &DockerConfig, manager: &str) {
     let (docker, env) = DockerTransport::client(config);
     let list = Client {
         program: docker.clone(),

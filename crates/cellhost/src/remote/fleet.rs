@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long new owners avoid a host whose start failed.
-pub const FAILED_HOST_BACKOFF: Duration = Duration::from_secs(60);
+pub(super) const FAILED_HOST_BACKOFF: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Default)]
 struct State {

@@ -346,7 +346,8 @@ impl Backends {
                     .map(|root| Some((root, ws)))
                     .map_err(|e| {
                         format!(
-                            "could not make the session's workspace under the remote temp dir ({e}); check the backend's tmpdir, its python and disk space"
+                            "could not make the session's workspace under the remote temp dir ({}); check the backend's tmpdir, its python and disk space",
+                            crate::error_chain(&e)
                         )
                     })
             }

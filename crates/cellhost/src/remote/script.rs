@@ -64,7 +64,7 @@ const ALIVE: &str = r#"alive() { kill -0 $1 2>/dev/null || return 1; [ -r /proc/
 
 /// Room for the `{"result": …}` / `{"error": …}` around a tool's
 /// payload in a reply.
-pub const REPLY_ENVELOPE: u64 = 4096;
+pub(super) const REPLY_ENVELOPE: u64 = 4096;
 
 /// `now`: milliseconds of a monotonic clock into `ms`, so the timeout
 /// counts real time however slow each `sleep` is. `/proc/uptime` through
@@ -74,14 +74,14 @@ const NOW: &str = r#"now() { if [ -r /proc/uptime ] && read -r up _ < /proc/upti
 "#;
 
 /// The ship-and-spawn command.
-pub fn boot(python: &str) -> String {
+pub(super) fn boot(python: &str) -> String {
     format!("exec {} -c {}", shell_quote(python), shell_quote(BOOT))
 }
 
 /// How one waiting exec starts: a new cell, or the answer to the
 /// cell's tool request `respond` (then the cell waits on).
 #[derive(Debug, Clone, Copy)]
-pub struct Wait {
+pub(super) struct Wait {
     pub dir_seq: u64,
     pub pid: u32,
     /// Time left in the current phase (before SIGINT, or of the grace
@@ -107,7 +107,7 @@ pub struct Wait {
 /// `max_tool_payload + 1` bytes of the request), `DEAD` (the
 /// runner was gone: the cell never ran), `GONE` (no kernel dir), `DIED
 /// STOP` or `KILLED STOP` (then the end of the cell's stderr).
-pub fn cell(dir: &str, w: Wait) -> String {
+pub(super) fn cell(dir: &str, w: Wait) -> String {
     let (n, pid) = (w.dir_seq, w.pid);
     let t = w.left.map_or(0, |t| t.as_millis().max(1));
     let g = w.grace.as_millis();
@@ -181,7 +181,7 @@ echo "RESULT $stop"; cat res.{n}; rm -f res.{n}
 
 /// One cell run in a fresh process (fail-open after a failed spawn); the
 /// kernel dir goes with it. Prints `RESULT none` then the blob.
-pub fn oneshot(python: &str, dir: &str, max_stream: u64, cwd: Option<&str>) -> String {
+pub(super) fn oneshot(python: &str, dir: &str, max_stream: u64, cwd: Option<&str>) -> String {
     let d = shell_quote(dir);
     let chdir = cwd.map(shell_quote).unwrap_or_default();
     format!(
@@ -191,18 +191,18 @@ pub fn oneshot(python: &str, dir: &str, max_stream: u64, cwd: Option<&str>) -> S
 }
 
 /// SIGINT to the runner (the cell gets KeyboardInterrupt).
-pub fn interrupt(pid: u32) -> String {
+pub(super) fn interrupt(pid: u32) -> String {
     format!("kill -INT {pid} 2>/dev/null; echo OK")
 }
 
 /// Kill the runner's process group now (after an ignored interrupt).
-pub fn kill_now(pid: u32) -> String {
+pub(super) fn kill_now(pid: u32) -> String {
     format!("kill -KILL -{pid} 2>/dev/null; kill -KILL {pid} 2>/dev/null; echo OK")
 }
 
 /// Teardown: SIGTERM to the process group, up to `grace`, SIGKILL, then
 /// remove the kernel dir.
-pub fn kill(dir: &str, pid: Option<u32>, grace: Duration) -> String {
+pub(super) fn kill(dir: &str, pid: Option<u32>, grace: Duration) -> String {
     let d = shell_quote(dir);
     let ticks = (grace.as_millis() / 50).max(1);
     match pid {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A boxed future, so [`Transport`] stays object safe.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+pub(super) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// What one exec produced.
 #[derive(Debug, Clone, Default)]
@@ -47,6 +47,7 @@ impl ExecOutput {
 /// Why an exec did not complete. Any of these counts as "the remote side
 /// may be dead".
 #[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExecError {
     /// The local client (`ssh`, `docker`, `kubectl`) could not be started.
     #[error("failed to run {program}: {detail}; check that it is installed and on PATH")]
@@ -124,9 +125,9 @@ pub fn shell_quote(s: &str) -> String {
 /// Bytes of stdout [`run_client`] keeps: a result blob is at most three
 /// capped streams (8 MiB each) and a header; a tool request is bounded by
 /// `head -c`. More than this is cut (the blob then fails to parse).
-pub const MAX_CLIENT_STDOUT: u64 = 64 << 20;
+pub(super) const MAX_CLIENT_STDOUT: u64 = 64 << 20;
 /// Bytes of stderr [`run_client`] keeps (it is only used for messages).
-pub const MAX_CLIENT_STDERR: u64 = 1 << 20;
+pub(super) const MAX_CLIENT_STDERR: u64 = 1 << 20;
 
 /// Read at most `cap` bytes of `s`, then drain (and drop) the rest so the
 /// client never blocks on a full pipe.
@@ -140,7 +141,7 @@ async fn read_capped<R: tokio::io::AsyncRead + Unpin>(s: &mut R, cap: u64) -> Ve
 /// Run a client to completion with `stdin`, collecting its output (at
 /// most [`MAX_CLIENT_STDOUT`] / [`MAX_CLIENT_STDERR`] bytes); killed (and
 /// the exec failed) after `timeout`.
-pub async fn run_client(
+pub(super) async fn run_client(
     client: &Client,
     stdin: Vec<u8>,
     timeout: Option<Duration>,

@@ -21,7 +21,7 @@ use ::landlock::{Access, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAtt
 
 /// A created ruleset, to be enforced in the child.
 #[derive(Debug)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     fd: OwnedFd,
 }
 

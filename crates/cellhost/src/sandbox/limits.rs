@@ -22,11 +22,17 @@ use std::io;
 ///   ignores it, `RLIMIT_AS` counts address space per process).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResourceLimits {
+    /// Memory of the whole kernel, in bytes.
     pub memory_bytes: Option<u64>,
+    /// CPU seconds (user + system) one cell may use.
     pub cpu_seconds_per_cell: Option<u64>,
+    /// Processes and threads of the kernel.
     pub max_processes: Option<u64>,
+    /// Open file descriptors per process.
     pub max_open_files: Option<u64>,
+    /// Largest file a kernel process may write, in bytes.
     pub max_file_size_bytes: Option<u64>,
+    /// Use per-kernel cgroups where the host allows (`false`: rlimits only).
     pub cgroups: bool,
 }
 
@@ -60,31 +66,38 @@ impl ResourceLimits {
         }
     }
 
+    /// Use per-kernel cgroups where possible (`true`, the default) or
+    /// rlimits only.
     pub fn cgroups(mut self, on: bool) -> Self {
         self.cgroups = on;
         self
     }
 
+    /// Limit the kernel's memory to `v` bytes (`None`: no limit).
     pub fn memory_bytes(mut self, v: Option<u64>) -> Self {
         self.memory_bytes = v;
         self
     }
 
+    /// Limit each cell to `v` CPU seconds (`None`: no limit).
     pub fn cpu_seconds_per_cell(mut self, v: Option<u64>) -> Self {
         self.cpu_seconds_per_cell = v;
         self
     }
 
+    /// Limit the kernel to `v` processes and threads (`None`: no limit).
     pub fn max_processes(mut self, v: Option<u64>) -> Self {
         self.max_processes = v;
         self
     }
 
+    /// Limit each kernel process to `v` open files (`None`: no limit).
     pub fn max_open_files(mut self, v: Option<u64>) -> Self {
         self.max_open_files = v;
         self
     }
 
+    /// Limit files the kernel writes to `v` bytes each (`None`: no limit).
     pub fn max_file_size_bytes(mut self, v: Option<u64>) -> Self {
         self.max_file_size_bytes = v;
         self
@@ -93,7 +106,7 @@ impl ResourceLimits {
 
 /// One limit with its value, for the sentence that names a breach.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
+pub(crate) enum Limit {
     /// Bytes; `cgroup` says how it was enforced.
     Memory {
         bytes: u64,
@@ -115,7 +128,7 @@ pub enum Limit {
 
 impl Limit {
     /// e.g. `memory limit 512 MiB`, `CPU limit 10 s per cell`.
-    pub fn describe(self) -> String {
+    pub(crate) fn describe(self) -> String {
         match self {
             Limit::Memory { bytes, .. } => format!("memory limit {}", human_bytes(bytes)),
             Limit::CpuPerCell { seconds } => format!("CPU limit {seconds} s per cell"),
@@ -127,7 +140,7 @@ impl Limit {
 }
 
 /// `512 MiB`, `1.5 GiB`, `100 KiB`, `10 bytes`.
-pub fn human_bytes(b: u64) -> String {
+pub(super) fn human_bytes(b: u64) -> String {
     let units = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
     for (name, size) in units {
         if b >= size {

@@ -36,7 +36,8 @@ pub(crate) mod seccomp;
 
 use std::path::PathBuf;
 
-pub use limits::{Limit, ResourceLimits};
+pub(crate) use limits::Limit;
+pub use limits::ResourceLimits;
 
 /// Where the kernel's staging dir (runner script, future RPC socket) is
 /// mounted inside a strict sandbox, read-only.
@@ -61,6 +62,7 @@ impl Sandbox {
         Sandbox::Strict(StrictSandbox::default())
     }
 
+    /// `true` for [`Sandbox::Strict`].
     pub fn is_strict(&self) -> bool {
         matches!(self, Sandbox::Strict(_))
     }
@@ -98,6 +100,7 @@ pub struct StrictSandbox {
     /// 65534, `nobody`/`nogroup`). Ignored when the host is not root: the
     /// kernel then runs as the host user inside a new user namespace.
     pub uid: u32,
+    /// The gid that goes with [`uid`](StrictSandbox#structfield.uid).
     pub gid: u32,
     /// Host root only, with a manager assigning workspaces: each workspace
     /// gets its own uid (and gid) from this inclusive range, recorded as
@@ -149,16 +152,21 @@ impl Default for StrictSandbox {
 }
 
 impl StrictSandbox {
+    /// Keep the host's network (`true`) or give the kernel only a private
+    /// loopback (`false`, the default).
     pub fn network(mut self, on: bool) -> Self {
         self.network = on;
         self
     }
 
+    /// Mount this host dir as the writable workspace (created when missing;
+    /// never deleted by the kernel).
     pub fn workspace(mut self, dir: impl Into<PathBuf>) -> Self {
         self.workspace = Some(dir.into());
         self
     }
 
+    /// Run kernels as `uid`:`gid` when the host is root (ignored otherwise).
     pub fn user(mut self, uid: u32, gid: u32) -> Self {
         self.uid = uid;
         self.gid = gid;
@@ -171,6 +179,8 @@ impl StrictSandbox {
         self
     }
 
+    /// Also mount the host path `path` read-only at the same path (for
+    /// example a data set or a shared venv).
     pub fn ro_bind(mut self, path: impl Into<PathBuf>) -> Self {
         self.ro_binds.push(path.into());
         self
@@ -194,28 +204,63 @@ impl StrictSandbox {
 
 /// Why a sandboxed kernel could not be prepared.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SandboxError {
+    /// No `bwrap` on PATH.
     #[error("the strict sandbox needs bubblewrap, but no `bwrap` was found on PATH; install it (Debian: apt-get install bubblewrap) or use the `none` sandbox profile")]
     BwrapMissing,
+    /// The host is root and no `setpriv` was found to drop to the kernel uid.
     #[error("the strict sandbox needs `setpriv` (util-linux) to drop to uid {uid} when the host runs as root, but it was not found; install util-linux")]
-    SetprivMissing { uid: u32 },
+    SetprivMissing {
+        /// The uid the kernel was to run as.
+        uid: u32,
+    },
+    /// The configured kernel uid or gid is 0.
     #[error("the strict sandbox must not run kernels as root: set [sandbox] uid/gid to an unprivileged user (got uid {uid}, gid {gid})")]
-    RootKernel { uid: u32, gid: u32 },
-    #[error("failed to prepare the workspace {}: {err}; choose a directory the host can create and own", path.display())]
+    RootKernel {
+        /// The configured uid.
+        uid: u32,
+        /// The configured gid.
+        gid: u32,
+    },
+    /// The workspace dir could not be created or given to the kernel uid.
+    #[error("failed to prepare the workspace {} (choose a directory the host can create and own)", path.display())]
     Workspace {
+        /// The workspace dir on the host.
         path: PathBuf,
+        /// Why it could not be prepared.
         #[source]
         err: std::io::Error,
     },
+    /// The seccomp filter could not be compiled for this architecture.
     #[error("the strict sandbox's seccomp filter could not be built ({detail}); use the `none` sandbox profile on this architecture")]
-    Seccomp { detail: String },
+    Seccomp {
+        /// The filter compiler's error.
+        detail: String,
+    },
+    /// Every uid of [`StrictSandbox::uid_range`] is taken.
     #[error("no free uid left in [sandbox] uid_range {lo}..={hi} (every one owns a workspace or a host account); widen the range or remove unused sessions")]
-    UidRangeFull { lo: u32, hi: u32 },
+    UidRangeFull {
+        /// The range's first uid.
+        lo: u32,
+        /// The range's last uid (inclusive).
+        hi: u32,
+    },
+    /// The interpreter could not say where its installation lives
+    /// (`sys.prefix` and friends, which the sandbox mounts read-only).
     #[error("failed to ask {} for its prefixes: {detail}", python.display())]
-    Prefixes { python: PathBuf, detail: String },
+    Prefixes {
+        /// The interpreter asked.
+        python: PathBuf,
+        /// Why the answer is missing (exec error, exit status, output).
+        detail: String,
+    },
+    /// Another host-side step of the sandbox setup failed.
     #[error("failed to {about}")]
     Io {
+        /// What was being done, as a verb phrase ("write the seccomp filter").
         about: &'static str,
+        /// The operating system's error.
         #[source]
         err: std::io::Error,
     },

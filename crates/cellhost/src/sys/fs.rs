@@ -9,7 +9,7 @@ use std::path::Path;
 ///
 /// # Errors
 /// The creation failed, or the dir or its parent belongs to someone else.
-pub fn private_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)

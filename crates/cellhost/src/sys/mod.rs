@@ -13,9 +13,9 @@ mod socket;
 mod unix;
 
 pub use death::watch_group;
-pub use fs::private_dir;
+pub(crate) use fs::private_dir;
 pub use mount::private_mount_namespace;
-pub use random::random_hex;
+pub(crate) use random::random_hex;
 pub(crate) use socket::{bind_private_socket, AbortOnDrop};
 pub(crate) use unix::{
     child_setup, live_start_time, pipe, raw, signal_group, signal_name, signal_pid,

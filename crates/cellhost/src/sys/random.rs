@@ -4,7 +4,7 @@
 ///
 /// # Panics
 /// When the OS random source fails (no entropy source at all).
-pub fn random_hex(bytes: usize) -> String {
+pub(crate) fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).expect("OS random source");
     buf.iter().map(|b| format!("{b:02x}")).collect()

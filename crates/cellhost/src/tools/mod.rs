@@ -168,6 +168,7 @@ where
 
 /// A bad tool registration, with what to do about it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ToolSetError {
     /// The name (given) is not 1 to 128 of `[A-Za-z0-9_.-]` with a letter,
     /// digit or `_` at each end and no `..`.

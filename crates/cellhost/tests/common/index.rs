@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
-/// Builds the index in argv[1] and serves it on 127.0.0.1 (a free port,
+/// Builds the index in `argv[1]` and serves it on 127.0.0.1 (a free port,
 /// printed on the first line of stdout).
 const SERVE: &str = r#"
 import base64, hashlib, http.server, io, os, sys, tarfile, zipfile, functools
