@@ -15,7 +15,7 @@ use std::path::Path;
 use super::path;
 
 /// Spill files kept per workspace (older ones are removed).
-pub(crate) const KEEP: usize = 20;
+pub const KEEP: usize = 20;
 /// Where in the workspace spill files go.
 pub(crate) const DIR: &str = ".cellhost/output";
 

@@ -24,21 +24,21 @@ use super::transport::{run_client, BoxFuture, Client, ExecError, ExecOutput, Tra
 use crate::config::DockerConfig;
 
 /// Where the volume is mounted in every container (the helper's base).
-pub const MOUNT: &str = "/cellhost-ws";
+pub(crate) const MOUNT: &str = "/cellhost-ws";
 /// The label naming the manager scope (a hash of its data dir) a
 /// workspace volume belongs to.
-pub const WS_LABEL: &str = "cellhost.workspace";
+pub(crate) const WS_LABEL: &str = "cellhost.workspace";
 
 /// The volume of `owner`'s session (children share their session's: their
 /// workspaces nest under its home, as on other backends).
-pub fn volume_name(scope: &str, owner: &str) -> String {
+pub(crate) fn volume_name(scope: &str, owner: &str) -> String {
     let session = crate::owner::session_of(owner);
     let s = super::short_hash(scope);
     format!("cellhost-ws-{}-{}", &s[..12], super::short_hash(session))
 }
 
 /// `--mount` of `volume` at [`MOUNT`].
-pub fn mount_arg(volume: &str) -> String {
+pub(crate) fn mount_arg(volume: &str) -> String {
     format!("type=volume,src={volume},dst={MOUNT}")
 }
 
@@ -65,7 +65,7 @@ struct Known {
 
 /// What this manager knows of its workspace volumes. Cheap to clone.
 #[derive(Debug, Default, Clone)]
-pub struct Made(Arc<Mutex<Known>>);
+pub(crate) struct Made(Arc<Mutex<Known>>);
 
 impl Made {
     fn known(&self) -> std::sync::MutexGuard<'_, Known> {
@@ -81,7 +81,7 @@ impl Made {
         self.known().made.remove(v);
     }
     /// Kernel container `c` is up with volume `v` mounted.
-    pub fn up(&self, v: &str, c: &str) {
+    pub(crate) fn up(&self, v: &str, c: &str) {
         self.known()
             .up
             .entry(v.to_owned())
@@ -89,7 +89,7 @@ impl Made {
             .push(c.to_owned());
     }
     /// Kernel container `c` is going (called before it is removed).
-    pub fn down(&self, v: &str, c: &str) {
+    pub(crate) fn down(&self, v: &str, c: &str) {
         let mut k = self.known();
         if let Some(list) = k.up.get_mut(v) {
             list.retain(|x| x != c);
@@ -109,7 +109,7 @@ impl Made {
 ///
 /// # Errors
 /// [`ExecError`] when docker fails.
-pub async fn ensure(
+pub(crate) async fn ensure(
     config: &DockerConfig,
     made: &Made,
     scope: &str,
@@ -163,7 +163,7 @@ pub async fn ensure(
 
 /// Remove the volume (best effort: a volume still in use stays, and says
 /// so on the daemon's stderr).
-pub async fn remove(config: &DockerConfig, made: &Made, volume: &str) {
+pub(crate) async fn remove(config: &DockerConfig, made: &Made, volume: &str) {
     made.forget(volume);
     let rm = client(config, vec!["volume".into(), "rm".into(), volume.into()]);
     match run_client(
@@ -198,7 +198,7 @@ fn image(config: &DockerConfig) -> String {
 /// Runs each exec in a fresh `docker run --rm -i` container of the image
 /// with the session's volume mounted.
 #[derive(Debug)]
-pub struct VolumeTransport {
+pub(crate) struct VolumeTransport {
     config: DockerConfig,
     made: Made,
     scope: String,
@@ -210,7 +210,7 @@ pub struct VolumeTransport {
 }
 
 impl VolumeTransport {
-    pub fn new(
+    pub(crate) fn new(
         config: &DockerConfig,
         made: Made,
         scope: &str,
