@@ -170,10 +170,6 @@ pub enum HistoryError {
         #[source]
         source: std::io::Error,
     },
-    /// The writer thread is gone ([`History::close`] was called, or it
-    /// died), so nothing more can be recorded.
-    #[error("the history writer has stopped")]
-    Closed,
 }
 
 enum Msg {

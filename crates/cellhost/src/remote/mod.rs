@@ -154,6 +154,9 @@ impl Backends {
         let backend = self.map.get(name)?;
         let mut base = None;
         let (config, transport): (&BackendConfig, Arc<dyn Transport>) = match backend {
+            // A library-built config with no host (the config file's
+            // check refuses one): no workspace, as for no backend.
+            Backend::Ssh { hosts, .. } if hosts.is_empty() => return None,
             Backend::Ssh {
                 config,
                 hosts,
@@ -353,6 +356,10 @@ impl Backends {
             }
         };
         match backend {
+            Backend::Ssh { hosts, .. } if hosts.is_empty() => Err(err(
+                "the ssh backend names no host; set `host` or `hosts` in its [backends.*] table"
+                    .into(),
+            )),
             Backend::Ssh { hosts, fleet, .. } => {
                 // A host that fails to connect or ship is put in backoff
                 // and the kernel tries the next healthy host (each once).
