@@ -148,6 +148,7 @@ fn prepare(weak: &Weak<Shared>) -> Prepared {
     match made {
         Ok(mut opts) => {
             opts.preload.clone_from(&shared.opts.preload);
+            opts.warmup = shared.opts.warmup;
             Prepared::Ready(Box::new(opts), unclaimed)
         }
         Err(_) => Prepared::Failed,
