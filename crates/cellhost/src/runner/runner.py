@@ -540,9 +540,10 @@ class Runner:
                     value = eval(last, ns)
                     if value is not None:
                         builtins._ = value
-                        reply = {"status": "ok", "value": _cap(repr(value), MAX_VALUE)}
+                        text = repr(value)
+                        reply = {"status": "ok", "value": _cap(text, MAX_VALUE)}
                         if _maybe_rich(value):
-                            _display_module().show_value(value)
+                            _display_module().show_value(value, text)
             finally:
                 _cell_running = False
         except SystemExit as e:
