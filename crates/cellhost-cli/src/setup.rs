@@ -141,6 +141,7 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
         ManagerOptions::new(&data_dir)
             .lifecycle(&config.lifecycle)
             .preload(config.kernel.preload.clone())
+            .warmup(config.kernel.warmup)
             .workspace_quota(config.limits.workspace_quota())
             .workspace_fs(config.limits.workspace_fs)
             .event_buffer(config.server.events_buffer)

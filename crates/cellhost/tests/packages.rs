@@ -223,6 +223,35 @@ async fn preload_makes_the_first_import_in_a_new_pooled_session_cheap() {
     m.shutdown().await;
 }
 
+/// What the first cell of a pooled session sees of the pool's warm-up:
+/// the heap frozen, the lazily imported modules behind a first HTML table
+/// and a first rendered figure loaded, and nothing left in its namespace,
+/// its figures or its result.
+const WARMED: &str = "import gc, sys\nimport matplotlib.pyplot as plt\n(gc.get_freeze_count() > 0, 'pandas.io.formats.html' in sys.modules, 'matplotlib.backends.backend_agg' in sys.modules, plt.get_fignums(), [k for k in ('df', 'fig', 'ax', 'a', 'np', 'pd') if k in globals()])";
+
+#[tokio::test]
+async fn pooled_kernels_warm_their_preloaded_modules_up_unless_warmup_is_off() {
+    let idx = index::serve();
+    for (warmup, want) in [
+        (true, "(True, True, True, [], [])"),
+        (false, "(False, False, False, [], [])"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let m = manager(&dir, &idx, |o| {
+            o.warm_pool(1)
+                .warmup(warmup)
+                .preload(vec!["pandas".into(), "matplotlib.pyplot".into()])
+        })
+        .await;
+        assert!(common::registry::eventually(Duration::from_secs(90), || m.pooled() == 1).await);
+        let r = run(&m, "s", Cell::new(WARMED)).await;
+        ok(&r);
+        assert_eq!(r.value.as_deref(), Some(want), "warmup = {warmup}");
+        assert!(r.displays.is_empty(), "{:?}", r.displays);
+        m.shutdown().await;
+    }
+}
+
 #[tokio::test]
 async fn none_profile_kernels_install_into_the_same_per_session_dir() {
     let idx = index::serve();

@@ -220,3 +220,51 @@ async fn a_manager_dropped_without_shutdown_leaves_no_pool_volume_mounted() {
     tokio::time::sleep(std::time::Duration::from_secs(3)).await;
     assert_eq!(leftovers(dir.path()), Vec::<String>::new());
 }
+
+#[tokio::test]
+async fn a_new_sessions_first_cell_does_not_wait_for_the_pools_refill() {
+    common::require_bwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // A slow refill: an `mkfs.ext4` (found on PATH, as the manager looks
+    // for it) that takes 3 s, and a volume template the next refill must
+    // make again. Set before any thread of ours reads the environment.
+    let real = ["/usr/sbin/mkfs.ext4", "/sbin/mkfs.ext4"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("e2fsprogs");
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let slow = bin.join("mkfs.ext4");
+    std::fs::write(&slow, format!("#!/bin/sh\nsleep 3\nexec {real} \"$@\"\n")).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&slow, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
+    std::env::set_var("PATH", format!("{}:{path}", bin.display()));
+
+    let m = KernelManager::start(options(&dir, 16).warm_pool(1)).await;
+    assert_eq!(m.workspace_fs_warning(), None);
+    let within = std::time::Duration::from_secs(60);
+    assert!(common::registry::eventually(within, || m.pooled() == 1).await);
+    let root = dir.path().join("data/workspaces");
+    for e in std::fs::read_dir(&root).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with(".template-") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+
+    let t = std::time::Instant::now();
+    let out = ok(&m, "s", "print('hi')").await;
+    let took = t.elapsed();
+    assert_eq!(out, "hi\n");
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "the first cell waited for the refill: {took:?}"
+    );
+    assert_eq!(m.pooled(), 0, "the refill is still making its volume");
+    assert!(
+        common::registry::eventually(within, || m.pooled() == 1).await,
+        "the pool refills"
+    );
+    m.shutdown().await;
+    assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+}

@@ -89,12 +89,25 @@ impl PackagesConfig {
 }
 
 /// `[kernel]` keys.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct KernelConfig {
     /// Modules pooled kernels import before they are handed out
     /// (`"numpy"`, `"matplotlib.pyplot"`); a missing one is skipped.
     pub preload: Vec<String>,
+    /// After the imports, run the built-in warm-ups of the preloaded
+    /// pandas, numpy and matplotlib.pyplot (first-call costs paid in the
+    /// pool), then freeze the heap for the GC. Default true.
+    pub warmup: bool,
+}
+
+impl Default for KernelConfig {
+    fn default() -> Self {
+        KernelConfig {
+            preload: Vec::new(),
+            warmup: true,
+        }
+    }
 }
 
 impl KernelConfig {
@@ -134,6 +147,9 @@ mod tests {
         assert_eq!(c.packages.deny, ["evil*"]);
         assert!(!c.packages.only_binary && c.packages.enabled);
         assert_eq!(c.kernel.preload, ["numpy", "matplotlib.pyplot"]);
+        assert!(c.kernel.warmup, "on by default");
+        let off = Config::parse("[kernel]\nwarmup = false\n", Path::new("c.toml")).unwrap();
+        assert!(!off.kernel.warmup);
         for bad in [
             "[packages]\nindex_url = \"file:///etc\"\n",
             "[packages]\ndeny = [\"a b\"]\n",

@@ -100,6 +100,12 @@ pub struct KernelOptions {
     /// preload`; the manager sets it for pooled kernels). A missing one is
     /// skipped with a log line.
     pub preload: Vec<String>,
+    /// After `preload`, run the built-in warm-ups of the preloaded
+    /// modules it knows (pandas, numpy, matplotlib.pyplot: a tiny frame,
+    /// array or figure made and shown), then `gc.collect()` and
+    /// `gc.freeze()`, so first-call costs are paid before the hello
+    /// (`[kernel] warmup`, default on).
+    pub warmup: bool,
     /// The session's workspace of a `none` kernel (the manager makes it
     /// the kernel's cwd): cut output is spilled into its
     /// `.cellhost/output`. Strict kernels spill into their sandbox
@@ -136,6 +142,7 @@ impl Default for KernelOptions {
             max_tool_payload: crate::tools::DEFAULT_MAX_PAYLOAD,
             packages: crate::packages::PackageOptions::default(),
             preload: Vec::new(),
+            warmup: true,
             workspace_dir: None,
         }
     }

@@ -19,13 +19,14 @@ use crate::sandbox::launch::{self, EnforcedLimits};
 use crate::sys::{self, private_dir, random_hex};
 use crate::tools::{AuthoritySlot, ToolServer, TOKEN_ENV};
 
-/// The runner script: its parts joined (compile.py, limits.py and
-/// helpers.py define what runner.py calls), shipped as one file so a
+/// The runner script: its parts joined (compile.py, limits.py, helpers.py
+/// and warmup.py define what runner.py calls), shipped as one file so a
 /// kernel reads and compiles one script.
 pub(crate) const RUNNER_SOURCE: &str = concat!(
     include_str!("../runner/compile.py"),
     include_str!("../runner/limits.py"),
     include_str!("../runner/helpers.py"),
+    include_str!("../runner/warmup.py"),
     include_str!("../runner/runner.py")
 );
 /// Rich outputs; runner.py reads it from its own dir at start.
@@ -275,6 +276,7 @@ impl Process {
             extra_env: &[(TOKEN_ENV, &rpc.token)],
             packages: packages.as_deref(),
             preload: &opts.preload,
+            warmup: opts.warmup,
         })?;
         let caps = &opts.display;
         cmd.arg(format!(

@@ -40,6 +40,9 @@ pub struct ManagerOptions {
     /// `[kernel] preload`: modules pooled kernels import before they are
     /// handed out.
     pub preload: Vec<String>,
+    /// `[kernel] warmup` (default on): pooled kernels warm their
+    /// preloaded modules up (see [`KernelOptions::warmup`]).
+    pub warmup: bool,
     /// Bytes a session's workspace may hold (`[limits] workspace_mib`,
     /// default 4096 MiB); `None`: unlimited. Uploads respect it.
     pub workspace_quota: Option<u64>,
@@ -72,6 +75,7 @@ impl ManagerOptions {
             default_backend: None,
             tools: ToolSet::new(),
             preload: Vec::new(),
+            warmup: true,
             workspace_quota: crate::config::LimitsConfig::default().workspace_quota(),
             workspace_fs: true,
             event_buffer: crate::events::DEFAULT_WATCHER_BUFFER,
@@ -184,6 +188,12 @@ impl ManagerOptions {
     /// Modules pooled kernels import before they are handed out.
     pub fn preload(mut self, modules: Vec<String>) -> Self {
         self.preload = modules;
+        self
+    }
+
+    /// Whether pooled kernels warm their preloaded modules up (default on).
+    pub fn warmup(mut self, on: bool) -> Self {
+        self.warmup = on;
         self
     }
 

@@ -2,7 +2,7 @@
 //! new session's first cell costs about what a warm cell costs.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use std::path::{Path, PathBuf};
 
@@ -91,7 +91,11 @@ impl Pool {
     }
 }
 
-/// Top the pool up to its target in the background.
+/// Top the pool up to its target in the background. Returns at once: each
+/// missing kernel is made by a task of its own, its workspace (a volume
+/// to copy and mount, a uid to allocate, a dir to make) on a blocking
+/// thread, so the caller (the first cell of a session that just took a
+/// pooled kernel) never waits for any of it.
 pub(super) fn refill(shared: &Arc<Shared>) {
     let pool = &shared.pool;
     loop {
@@ -104,89 +108,126 @@ pub(super) fn refill(shared: &Arc<Shared>) {
             }
             pool.filling.fetch_add(1, Ordering::SeqCst);
         }
-        let weak = Arc::downgrade(shared);
-        let root = shared.opts.workspace_root();
-        let vols = shared.opts.volumes();
-        let mut ws = None;
-        let made = shared.opts.kernel_with_workspace(
-            || {
-                let dir = workspace::pool_dir(&root, vols);
-                ws = Some(dir.clone());
-                dir
-            },
-            &crate::kernel::random_hex(6),
-        );
-        let mut opts = match made {
-            Ok(opts) => opts,
-            Err(_) => {
-                // No uid or workspace for a pooled kernel: stop refilling
-                // (owners still get kernels spawned on demand, which say why).
-                if let Some(dir) = &ws {
-                    workspace::remove_pooled(&root, dir);
-                }
-                pool.ready().broken = true;
+        tokio::spawn(fill(Arc::downgrade(shared)));
+    }
+}
+
+/// What a refill's blocking half made.
+enum Prepared {
+    Ready(Box<crate::kernel::KernelOptions>, Unclaimed),
+    /// No uid or workspace for a pooled kernel.
+    Failed,
+    /// The manager is gone.
+    Gone,
+}
+
+/// The options and workspace of one pooled kernel (blocking: volumes,
+/// uids and dirs are made here).
+fn prepare(weak: &Weak<Shared>) -> Prepared {
+    let Some(shared) = weak.upgrade() else {
+        return Prepared::Gone;
+    };
+    let root = shared.opts.workspace_root();
+    let vols = shared.opts.volumes();
+    // Removes the pooled workspace (a mounted volume) unless the kernel
+    // reaches the pool: on every failure below, and when the task that
+    // waits for this one is dropped halfway (its runtime shut down
+    // during the spawn), as the guard then drops with the task's output.
+    let mut unclaimed = Unclaimed {
+        root: root.clone(),
+        dir: None,
+    };
+    let made = shared.opts.kernel_with_workspace(
+        || {
+            let dir = workspace::pool_dir(&root, vols);
+            unclaimed.dir = Some(dir.clone());
+            dir
+        },
+        &crate::kernel::random_hex(6),
+    );
+    match made {
+        Ok(mut opts) => {
+            opts.preload.clone_from(&shared.opts.preload);
+            opts.warmup = shared.opts.warmup;
+            Prepared::Ready(Box::new(opts), unclaimed)
+        }
+        Err(_) => Prepared::Failed,
+    }
+}
+
+/// Make one pooled kernel (a refill's share, counted in `filling`).
+async fn fill(weak: Weak<Shared>) {
+    let prepared = {
+        let weak = weak.clone();
+        tokio::task::spawn_blocking(move || prepare(&weak)).await
+    };
+    let done = |shared: &Shared, broken: bool| {
+        let pool = &shared.pool;
+        if broken {
+            pool.ready().broken = true;
+        }
+        pool.filling.fetch_sub(1, Ordering::SeqCst);
+    };
+    let (opts, mut unclaimed) = match prepared {
+        Ok(Prepared::Ready(opts, unclaimed)) => (opts, unclaimed),
+        Ok(Prepared::Failed) => {
+            // Stop refilling (owners still get kernels spawned on
+            // demand, which say why).
+            if let Some(shared) = weak.upgrade() {
+                done(&shared, true);
+            }
+            return;
+        }
+        Ok(Prepared::Gone) | Err(_) => {
+            if let Some(shared) = weak.upgrade() {
+                done(&shared, false);
+            }
+            return;
+        }
+    };
+    if let Some(shared) = weak.upgrade() {
+        if shared.pool.ready().closed {
+            // Shut down while the workspace was made: no spawn.
+            drop(unclaimed);
+            done(&shared, false);
+            return;
+        }
+    }
+    let spawned = Kernel::spawn(*opts).await;
+    let Some(shared) = weak.upgrade() else {
+        // The manager was dropped while this kernel started: its
+        // workspace (a mounted volume) goes with it (the guard).
+        if let Ok(k) = spawned {
+            k.shutdown().await;
+        }
+        return;
+    };
+    let pool = &shared.pool;
+    let leftover = match spawned {
+        Ok(k) => {
+            let mut ready = pool.ready();
+            if ready.closed {
+                Some(k)
+            } else {
+                pool.spawned.fetch_add(1, Ordering::Relaxed);
+                ready.kernels.push((k, unclaimed.claim()));
+                // Under the lock: a refill never counts this kernel twice.
                 pool.filling.fetch_sub(1, Ordering::SeqCst);
                 return;
             }
-        };
-        opts.preload.clone_from(&shared.opts.preload);
-        // Removes the pooled workspace (a mounted volume) unless the kernel
-        // reaches the pool, also when this task is dropped halfway (its
-        // runtime shut down during the spawn).
-        let mut unclaimed = Unclaimed {
-            root: root.clone(),
-            dir: ws.clone(),
-        };
-        tokio::spawn(async move {
-            let spawned = Kernel::spawn(opts).await;
-            if spawned.is_err() {
-                if let Some(dir) = &ws {
-                    workspace::remove_pooled(&root, dir);
-                }
-            }
-            let Some(shared) = weak.upgrade() else {
-                // The manager was dropped while this kernel started: its
-                // workspace (a mounted volume) goes with it.
-                if let Ok(k) = spawned {
-                    k.shutdown().await;
-                    if let Some(dir) = &ws {
-                        workspace::remove_pooled(&root, dir);
-                    }
-                }
-                return;
-            };
-            let pool = &shared.pool;
-            let leftover = {
-                let mut ready = pool.ready();
-                let leftover = match spawned {
-                    Ok(k) if !ready.closed => {
-                        pool.spawned.fetch_add(1, Ordering::Relaxed);
-                        unclaimed.claim();
-                        ready.kernels.push((k, ws.take()));
-                        None
-                    }
-                    Ok(k) => Some(k),
-                    Err(_) => {
-                        ready.broken = true;
-                        None
-                    }
-                };
-                if leftover.is_none() {
-                    pool.filling.fetch_sub(1, Ordering::SeqCst);
-                }
-                leftover
-            };
-            // Spawned after shutdown: kill it before saying the spawn is
-            // over, so `shutdown` (waiting on `filling`) never returns
-            // while it lives.
-            if let Some(k) = leftover {
-                k.shutdown().await;
-                if let Some(dir) = &ws {
-                    workspace::remove_pooled(&root, dir);
-                }
-                pool.filling.fetch_sub(1, Ordering::SeqCst);
-            }
-        });
+        }
+        Err(_) => None,
+    };
+    // Spawned after shutdown: kill it and remove its workspace before
+    // saying the spawn is over, so `shutdown` (waiting on `filling`)
+    // never returns while either lives.
+    if let Some(k) = leftover {
+        k.shutdown().await;
+        drop(unclaimed);
+        done(&shared, false);
+    } else {
+        drop(unclaimed);
+        done(&shared, true);
     }
 }
 
@@ -198,8 +239,8 @@ struct Unclaimed {
 
 impl Unclaimed {
     /// The kernel is in the pool: its workspace is the pool's now.
-    fn claim(&mut self) {
-        self.dir = None;
+    fn claim(&mut self) -> Option<PathBuf> {
+        self.dir.take()
     }
 }
 

@@ -1,6 +1,6 @@
-# cellhost kernel runner, part 1 of 4: splitting a cell into its statements
+# cellhost kernel runner, part 1 of 5: splitting a cell into its statements
 # and its last expression, and capping text. The host ships this file,
-# limits.py, helpers.py and runner.py joined into one script (this part
+# limits.py, helpers.py, warmup.py and runner.py joined into one script (this part
 # first): see RUNNER_SOURCE in kernel/process.rs. Stdlib only, Python >=
 # 3.8; builtin imports only.
 

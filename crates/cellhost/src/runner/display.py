@@ -138,8 +138,9 @@ def _special(obj):
     return None
 
 
-def bundle(obj, include=None, exclude=None):
-    """The display bundle of `obj`: [(mime, bytes)], text/plain last."""
+def bundle(obj, include=None, exclude=None, text=None):
+    """The display bundle of `obj`: [(mime, bytes)], text/plain last.
+    `text`: repr(obj), when the caller has it already."""
     data = {}
     cls = type(obj)
     try:
@@ -178,7 +179,8 @@ def bundle(obj, include=None, exclude=None):
         data.pop("image/jpeg", None)
     if "text/plain" not in data:
         try:
-            text = repr(obj)
+            if text is None:
+                text = repr(obj)
         except Exception as e:
             text = "<%s object (repr raised %s)>" % (cls.__name__, type(e).__name__)
         data["text/plain"] = text.encode("utf-8", "surrogateescape")
@@ -248,9 +250,10 @@ def display(*objs, include=None, exclude=None, raw=False, **_ignored):
         publish(items)
 
 
-def show_value(value):
-    """The cell's last value: a display too when it has a rich repr."""
-    items = bundle(value)
+def show_value(value, text=None):
+    """The cell's last value: a display too when it has a rich repr.
+    `text`: its repr, made already for the reply."""
+    items = bundle(value, text=text)
     if len(items) > 1 or items[0][0] != "text/plain":
         publish(items, is_value=True)
 

@@ -1,5 +1,5 @@
-# cellhost kernel runner, part 3 of 4 (compile.py and limits.py come
-# first, runner.py last, in one shipped script): the runner's side of the
+# cellhost kernel runner, part 3 of 5 (compile.py and limits.py come
+# first, warmup.py and runner.py last, in one shipped script): the runner's side of the
 # agent's dialect. The dialect's modules are files of their own next to the
 # script (dialect.py: the transform; magics.py: what escapes run; hints.py:
 # a sentence for an error; pipmagic.py: %pip), read at start (as

@@ -1,6 +1,6 @@
-# cellhost kernel runner, part 2 of 4: resource limits seen from inside the
+# cellhost kernel runner, part 2 of 5: resource limits seen from inside the
 # kernel (the per-cell CPU limit, and which limit an exception means). The
-# host joins compile.py, this file, helpers.py and runner.py into one script; the
+# host joins compile.py, this file, helpers.py, warmup.py and runner.py into one script; the
 # globals used here (_cpu_per_cell, _sources…) are defined in runner.py.
 
 

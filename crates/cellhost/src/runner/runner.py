@@ -1,5 +1,5 @@
-# cellhost kernel runner, part 4 of 4 (compile.py, limits.py and helpers.py
-# come first in the shipped script). Stdlib only, Python >= 3.8.
+# cellhost kernel runner, part 5 of 5 (compile.py, limits.py, helpers.py and
+# warmup.py come first in the shipped script). Stdlib only, Python >= 3.8.
 #
 # The host starts this script with:
 #   fd 0  /dev/null            (input() fails fast)
@@ -61,6 +61,7 @@ _tools_token = None
 _packages_dir = None  # --packages=
 _pip_remote = None  # a remote runner: {"policy", "dir", "here"}; pip runs in the kernel
 _preload = []  # --preload=: imported before the hello
+_warmup = False  # --warmup: warm the preloaded modules up too (see _warm_up)
 _pipmagic_source = None  # pipmagic.py, read at start (see _PipMagicHook)
 
 
@@ -542,9 +543,10 @@ class Runner:
                     value = eval(last, ns)
                     if value is not None:
                         builtins._ = value
-                        reply = {"status": "ok", "value": _cap(repr(value), MAX_VALUE)}
+                        text = repr(value)
+                        reply = {"status": "ok", "value": _cap(text, MAX_VALUE)}
                         if _maybe_rich(value):
-                            _display_module().show_value(value)
+                            _display_module().show_value(value, text)
             finally:
                 _cell_running = False
         except SystemExit as e:
@@ -625,7 +627,7 @@ def _after_fork():
 
 def _parse_args():
     global _cpu_per_cell, _process_time, MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS, _network
-    global _packages_dir
+    global _packages_dir, _warmup
     for arg in sys.argv[1:]:
         if arg.startswith("--cpu-per-cell="):
             _cpu_per_cell = int(arg.split("=", 1)[1])
@@ -634,6 +636,8 @@ def _parse_args():
             _start_egress_forwarder(arg.split("=", 1)[1])
         elif arg.startswith("--preload="):
             _preload.extend(m for m in arg.split("=", 1)[1].split(",") if m)
+        elif arg == "--warmup":
+            _warmup = True
         elif arg.startswith("--packages="):
             _packages_dir = arg.split("=", 1)[1]
         elif arg.startswith("--chdir="):
@@ -689,6 +693,8 @@ def main():
             __import__(name)
         except BaseException as e:  # a broken module must not fail the pool
             skipped.append("%s (%s: %s)" % (name, type(e).__name__, e))
+    if _warmup and _preload:
+        skipped.extend(_warm_up())
     _write_frame(
         {
             "op": "hello",

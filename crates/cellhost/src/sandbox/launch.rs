@@ -98,6 +98,8 @@ pub(crate) struct Spec<'a> {
     pub packages: Option<&'a Path>,
     /// Modules the runner imports before its hello.
     pub preload: &'a [String],
+    /// Warm the preloaded modules up before the hello.
+    pub warmup: bool,
 }
 
 pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
@@ -139,6 +141,9 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
     }
     if !s.preload.is_empty() {
         runner_args.push(format!("--preload={}", s.preload.join(",")).into());
+        if s.warmup {
+            runner_args.push("--warmup".into());
+        }
     }
     if let Some(dir) = s.packages {
         let mut arg = OsString::from("--packages=");
