@@ -204,6 +204,12 @@ impl DockerTransport {
     }
 }
 
+/// Docker itself failed, so the script never ran: exit 125-127 (no such
+/// container, the daemon gone or refusing) with nothing on stdout.
+pub(super) fn docker_failed(out: &ExecOutput) -> bool {
+    matches!(out.status, Some(125..=127)) && out.stdout.is_empty()
+}
+
 impl Transport for DockerTransport {
     fn exec<'a>(
         &'a self,
@@ -218,8 +224,7 @@ impl Transport for DockerTransport {
                 env: self.env.clone(),
             };
             let out = run_client(&client, stdin, timeout, &self.describe()).await?;
-            // 125-127: docker itself failed (no such container, daemon gone).
-            if matches!(out.status, Some(125..=127)) && out.stdout.is_empty() {
+            if docker_failed(&out) {
                 return Err(ExecError::Failed {
                     what: self.describe(),
                     detail: out.stderr_line(),

@@ -275,11 +275,10 @@ impl Transport for VolumeTransport {
         timeout: Option<Duration>,
     ) -> BoxFuture<'a, Result<ExecOutput, ExecError>> {
         Box::pin(async move {
-            // docker itself failed (125-127, or the daemon refused: the
-            // container went or stopped; nothing on stdout): the script
-            // never ran, so it runs again in a container of its own.
-            let failed =
-                |o: &ExecOutput| matches!(o.status, Some(125..=127)) && o.stdout.is_empty();
+            // docker itself failed (or the daemon refused: the container
+            // went or stopped): the script never ran, so it runs again in
+            // a container of its own.
+            let failed = super::docker::docker_failed;
             if let Some(client) = self.exec_client(script) {
                 let out = run_client(&client, stdin.clone(), timeout, &self.describe()).await?;
                 let refused = out.stdout.is_empty()
