@@ -326,10 +326,14 @@ impl Process {
         };
         drop((req_r, rep_w, block_r, seccomp));
         let leader = child.id().expect("a just-spawned child has a pid");
-        let watcher = sys::watch_group(leader, death_r).ok();
         // Into the cgroups while the runner starts; awaited before the
-        // kernel is handed out (no cell runs outside its cgroup).
+        // kernel is handed out (no cell runs outside its cgroup). Started
+        // before the watcher: the first move waits out an RCU grace
+        // period (~10 ms) while bwrap's sandbox waits on it, and the
+        // watcher's own spawn (~3 ms) fits inside that wait instead of
+        // delaying its start.
         let adopting = cgroup.as_ref().map(|cg| cg.adopt(leader, block_w));
+        let watcher = sys::watch_group(leader, death_r).ok();
 
         let ctrl_tx = pipe::Sender::from_owned_fd(req_w).map_err(io("watch the request pipe"))?;
         let ctrl_rx = pipe::Receiver::from_owned_fd(rep_r).map_err(io("watch the reply pipe"))?;
