@@ -9,6 +9,9 @@
 //!
 //! Display frames may come before the reply (and between cells, from
 //! threads): each one is handed to the cell's [`Displays`] as it arrives.
+//! The same argument orders a watched cell's displays with its output:
+//! before each display the runner sends `sync` and waits; the host drains
+//! stdout and stderr into the cell's stream, then acks (see [`order`]).
 
 use std::io;
 use std::time::Duration;
@@ -67,6 +70,9 @@ pub(super) enum Frames {
     /// Nothing but displays (now in `displays`).
     Pending,
     Done(Frame),
+    /// The runner waits for its earlier output to be read before it sends
+    /// a display (a watched cell, see [`order`]).
+    Sync,
     Broken(String),
 }
 
@@ -78,12 +84,38 @@ pub(super) fn take_frames(proc: &mut Process, displays: &mut Displays) -> Frames
             Ok(Some(frame)) => match frame.text("op").as_deref() {
                 Some("display") => displays.accept(frame),
                 Some("done") => return Frames::Done(frame),
+                Some("sync") => return Frames::Sync,
                 _ => return Frames::Broken("unexpected control frame".into()),
             },
             Ok(None) => return Frames::Pending,
             Err(e) => return Frames::Broken(format!("bad control frame: {e}")),
         }
     }
+}
+
+/// The runner sent `sync` before a display of a watched cell: read what
+/// it wrote to stdout and stderr before (the cell's stream gets it
+/// first), then ack on the request pipe so it sends the display.
+///
+/// The runner flushed its streams and blocks until the ack, so every
+/// byte it wrote before the sync is already in the pipes and one drain
+/// collects it. The request pipe is empty (the runner read the whole
+/// exec frame, and nothing else is sent during a cell), so the small
+/// ack always fits: a direct non-blocking write.
+fn order(proc: &mut Process, s: &mut Streams, buf: &mut [u8]) -> Result<(), String> {
+    use std::os::fd::AsFd;
+    drain(proc, s, buf);
+    let ack = ack_frame();
+    match nix::unistd::write(proc.ctrl_tx.as_fd(), &ack) {
+        Ok(n) if n == ack.len() => Ok(()),
+        Ok(_) => Err("the runner's request pipe took part of a sync ack".into()),
+        Err(e) => Err(format!("failed to ack the runner's sync: {e}")),
+    }
+}
+
+/// The host's answer to a `sync` frame.
+fn ack_frame() -> Vec<u8> {
+    Frame::new().with("op", "ack").encode()
 }
 
 /// Send the request and wait for the cell to settle, enforcing the
@@ -166,6 +198,13 @@ pub(super) async fn wait_for_cell(
                                 Frames::Broken(detail) => {
                                     proc.kill_now().await;
                                     return (Outcome::Broken(detail), stop);
+                                }
+                                Frames::Sync => {
+                                    if let Err(detail) = order(proc, s, buf) {
+                                        proc.kill_now().await;
+                                        return (Outcome::Broken(detail), stop);
+                                    }
+                                    continue;
                                 }
                                 Frames::Pending => continue,
                             }
