@@ -188,6 +188,7 @@ pub(super) async fn wait_for_cell(
                     continue;
                 }
                 // Several reads per wake: a display can be megabytes.
+                let mut synced = false;
                 for _ in 0..READS_PER_WAKE {
                     match proc.ctrl_rx.try_read(buf) {
                         Ok(0) => s.ctrl_eof = true,
@@ -204,6 +205,7 @@ pub(super) async fn wait_for_cell(
                                         proc.kill_now().await;
                                         return (Outcome::Broken(detail), stop);
                                     }
+                                    synced = true;
                                     continue;
                                 }
                                 Frames::Pending => continue,
@@ -215,7 +217,10 @@ pub(super) async fn wait_for_cell(
                     }
                     break;
                 }
-                display_wakes += 1;
+                // A runner that syncs waits for us between displays, so
+                // it cannot flood; and the reply pipe must stay first, or
+                // output printed after a display would be read before it.
+                display_wakes = if synced { 0 } else { display_wakes + 1 };
             }
             status = proc.child.wait() => {
                 let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
