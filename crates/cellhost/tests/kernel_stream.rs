@@ -161,6 +161,28 @@ async fn prints_and_displays_of_a_watched_cell_arrive_in_the_order_they_were_mad
     }
 }
 
+/// Many displays in a row with prints between: output printed after a
+/// display never overtakes it (the host's display-flood throttle must not
+/// skip the reply pipe of a runner that syncs).
+#[tokio::test]
+async fn output_after_a_display_never_overtakes_it() {
+    let k = kernel().await;
+    let code = "for i in range(60):\n    display('d%d' % i)\n    print('o%d' % i)";
+    let want: Vec<String> = (0..60)
+        .flat_map(|i| [format!("d{i}"), format!("o{i}")])
+        .collect();
+    for _ in 0..5 {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let r = k.run_cell(Cell::new(code).events(tx)).await;
+        assert_eq!(r.status, cellhost::Status::Success, "{:?}", r.error);
+        let mut events = Vec::new();
+        while let Some(e) = rx.recv().await {
+            events.push(e);
+        }
+        assert_eq!(order_of(&events), want);
+    }
+}
+
 /// The same cell unwatched: no sync, same result.
 #[tokio::test]
 async fn an_unwatched_cell_with_prints_and_displays_gets_them_all() {

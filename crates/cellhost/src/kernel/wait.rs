@@ -113,6 +113,49 @@ fn order(proc: &mut Process, s: &mut Streams, buf: &mut [u8]) -> Result<(), Stri
     }
 }
 
+/// Before reading output of a syncing runner: take the frames already in
+/// the reply pipe. Output readable now was written after them, so a
+/// display the cell made before a print is handed on before the print.
+/// Direct reads, as in [`reply_left_in_pipe`]. `Some`: the cell ended.
+async fn displays_first(
+    proc: &mut Process,
+    s: &mut Streams,
+    buf: &mut [u8],
+    stop: Option<Stop>,
+) -> Option<(Outcome, Option<Stop>)> {
+    use std::os::fd::AsFd;
+    if s.ctrl_eof {
+        return None;
+    }
+    // Bounded, as every read loop here: a flooding thread cannot hold us.
+    for _ in 0..READS_PER_WAKE {
+        match nix::unistd::read(proc.ctrl_rx.as_fd(), buf) {
+            Ok(0) => {
+                s.ctrl_eof = true;
+                break;
+            }
+            Ok(n) => proc.frames.extend(&buf[..n]),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+        match take_frames(proc, &mut s.displays) {
+            Frames::Pending => continue,
+            Frames::Done(frame) => return Some((Outcome::Reply(frame), stop)),
+            Frames::Sync => {
+                if let Err(detail) = order(proc, s, buf) {
+                    proc.kill_now().await;
+                    return Some((Outcome::Broken(detail), stop));
+                }
+            }
+            Frames::Broken(detail) => {
+                proc.kill_now().await;
+                return Some((Outcome::Broken(detail), stop));
+            }
+        }
+    }
+    None
+}
+
 /// The host's answer to a `sync` frame.
 fn ack_frame() -> Vec<u8> {
     Frame::new().with("op", "ack").encode()
@@ -146,6 +189,9 @@ pub(super) async fn wait_for_cell(
     let mut stop: Option<Stop> = None;
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut display_wakes = 0u32;
+    // The runner syncs its displays (a watched cell): from its first
+    // sync on, output is read only after the frames already sent.
+    let mut ordered = false;
 
     // Send the cell. write_all is not cancel safe, but if it is cancelled
     // the kernel is killed anyway.
@@ -206,6 +252,7 @@ pub(super) async fn wait_for_cell(
                                         return (Outcome::Broken(detail), stop);
                                     }
                                     synced = true;
+                                    ordered = true;
                                     continue;
                                 }
                                 Frames::Pending => continue,
@@ -268,9 +315,15 @@ pub(super) async fn wait_for_cell(
             // Output last: a cell that floods its pipes must not starve the
             // timer, interrupts or its own reply.
             r = proc.stdout.readable(), if !s.out_eof => {
+                if ordered {
+                    if let Some(end) = displays_first(proc, s, buf, stop).await { return end; }
+                }
                 if r.is_err() || pump(&proc.stdout, buf, &mut s.out) { s.out_eof = true; }
             }
             r = proc.stderr.readable(), if !s.err_eof => {
+                if ordered {
+                    if let Some(end) = displays_first(proc, s, buf, stop).await { return end; }
+                }
                 if r.is_err() || pump(&proc.stderr, buf, &mut s.err) { s.err_eof = true; }
             }
             // Ready on its second poll: the other arms had their turn.
