@@ -134,6 +134,13 @@ fn a_raw_websocket_client_gets_the_jupyter_message_sequence() {
     check("raw_protocol", Some(TOKEN));
 }
 
+/// Prints and displays leave the kernel on separate pipes; iopub still has
+/// them in the order the cell made them.
+#[test]
+fn iopub_has_prints_and_displays_in_the_order_the_cell_made_them() {
+    check("iopub_order", Some(TOKEN));
+}
+
 /// A DataFrame's HTML table and a custom class's `_repr_*_` forms come in
 /// the `execute_result`, as ipykernel sends them.
 #[test]

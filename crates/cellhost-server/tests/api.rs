@@ -374,6 +374,47 @@ async fn sse_sends_output_events_then_the_result() {
     s.shutdown().await;
 }
 
+/// Displays and prints travel on separate pipes from the kernel; the
+/// stream still has them in the order the cell made them.
+#[tokio::test]
+async fn sse_has_prints_and_displays_in_the_order_the_cell_made_them() {
+    let s = server().await;
+    let code = "for i in range(40):\n    print('o%d' % i, 'x' * 300)\n    display('d%d' % i)";
+    let body = serde_json::json!({ "code": code }).to_string();
+    let want: Vec<String> = (0..40)
+        .flat_map(|i| [format!("o{i}"), format!("d{i}")])
+        .collect();
+    for _ in 0..3 {
+        let req = Request::post("/v1/sessions/a/execute")
+            .header("accept", "text/event-stream")
+            .header("content-type", "application/json")
+            .body(Body::from(body.clone()))
+            .unwrap();
+        let events = sse_events(&text(s.call(req).await).await);
+        let mut got = Vec::new();
+        for (name, v) in &events {
+            match name.as_str() {
+                "stdout" => got.extend(
+                    v["text"]
+                        .as_str()
+                        .unwrap()
+                        .lines()
+                        .map(|l| l.split(' ').next().unwrap().to_owned()),
+                ),
+                "display" => {
+                    let v = v.to_string();
+                    let at = v.find("'d").expect("a display of 'dN'") + 1;
+                    let end = v[at + 1..].find('\'').unwrap() + at + 1;
+                    got.push(v[at..end].to_owned());
+                }
+                _ => {}
+            }
+        }
+        assert_eq!(got, want);
+    }
+    s.shutdown().await;
+}
+
 #[tokio::test]
 async fn sse_reports_a_request_error_as_json_before_streaming() {
     let s = server().await;

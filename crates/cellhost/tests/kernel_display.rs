@@ -234,20 +234,25 @@ async fn a_display_from_a_thread_of_the_cell_is_delivered() {
 async fn a_display_after_its_cell_settled_goes_to_the_next_cell() {
     let k = kernel().await;
     let marker = k.dir.path().join("displayed");
+    // The thread displays once the test says so (after the cell settled),
+    // not after a sleep a loaded machine might outlast.
+    let go = k.dir.path().join("go");
     let r = k
         .run(&format!(
-            "import threading, time\n\
+            "import os, threading, time\n\
              def late():\n\
-             \x20   time.sleep(0.3)\n\
+             \x20   while not os.path.exists({:?}): time.sleep(0.01)\n\
              \x20   display('late' * 10000)\n\
              \x20   open({:?}, 'w').close()\n\
              threading.Thread(target=late).start()\n\
              display('now')",
+            go.to_str().unwrap(),
             marker.to_str().unwrap()
         ))
         .await;
     ok(&r);
     assert_eq!(count(&r), 1);
+    std::fs::write(&go, "").unwrap();
     // Once display() returned, its frame is in the pipe, ahead of the next
     // cell's reply.
     wait_for_file(&marker).await;

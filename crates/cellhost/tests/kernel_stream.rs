@@ -118,3 +118,109 @@ async fn a_kernel_that_cannot_respawn_lets_go_of_the_cells_event_sink() {
         "the kernel still holds the failed cell's event sink"
     );
 }
+
+/// The markers of a cell's events in arrival order: each stdout or stderr
+/// line, each display's text.
+fn order_of(events: &[CellEvent]) -> Vec<String> {
+    let mut got = Vec::new();
+    for e in events {
+        match e {
+            CellEvent::Stdout(t) | CellEvent::Stderr(t) => got.extend(
+                t.lines()
+                    .map(|l| l.split(' ').next().unwrap_or("").to_owned()),
+            ),
+            CellEvent::Display(items) => got.push(items[0].data.trim_matches('\'').to_owned()),
+            _ => {}
+        }
+    }
+    got
+}
+
+/// stdout, stderr and displays travel on separate pipes; a watched cell's
+/// display still reaches the sink after everything printed before it.
+#[tokio::test]
+async fn prints_and_displays_of_a_watched_cell_arrive_in_the_order_they_were_made() {
+    let k = kernel().await;
+    let code = "import sys\n\
+        for i in range(40):\n\
+        \x20   print('o%d' % i, 'x' * 300)\n\
+        \x20   print('e%d' % i, 'y' * 300, file=sys.stderr)\n\
+        \x20   display('d%d' % i)";
+    let want: Vec<String> = (0..40)
+        .flat_map(|i| [format!("o{i}"), format!("e{i}"), format!("d{i}")])
+        .collect();
+    for _ in 0..3 {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let r = k.run_cell(Cell::new(code).events(tx)).await;
+        assert_eq!(r.status, cellhost::Status::Success, "{:?}", r.error);
+        let mut events = Vec::new();
+        while let Some(e) = rx.recv().await {
+            events.push(e);
+        }
+        assert_eq!(order_of(&events), want);
+    }
+}
+
+/// Many displays in a row with prints between: output printed after a
+/// display never overtakes it (the host's display-flood throttle must not
+/// skip the reply pipe of a runner that syncs).
+#[tokio::test]
+async fn output_after_a_display_never_overtakes_it() {
+    let k = kernel().await;
+    let code = "for i in range(60):\n    display('d%d' % i)\n    print('o%d' % i)";
+    let want: Vec<String> = (0..60)
+        .flat_map(|i| [format!("d{i}"), format!("o{i}")])
+        .collect();
+    for _ in 0..5 {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let r = k.run_cell(Cell::new(code).events(tx)).await;
+        assert_eq!(r.status, cellhost::Status::Success, "{:?}", r.error);
+        let mut events = Vec::new();
+        while let Some(e) = rx.recv().await {
+            events.push(e);
+        }
+        assert_eq!(order_of(&events), want);
+    }
+}
+
+/// The same cell unwatched: no sync, same result.
+#[tokio::test]
+async fn an_unwatched_cell_with_prints_and_displays_gets_them_all() {
+    let k = kernel().await;
+    let r = k
+        .run("for i in range(40):\n    print('o%d' % i)\n    display('d%d' % i)")
+        .await;
+    assert_eq!(r.status, cellhost::Status::Success, "{:?}", r.error);
+    assert_eq!(r.displays.len(), 40);
+    assert_eq!(r.stdout.lines().count(), 40);
+}
+
+/// A SIGINT that lands while the runner waits for a sync ack is raised
+/// only after the display went out: the ack is never left unread, so the
+/// next cell's reply is its own.
+#[tokio::test]
+async fn interrupting_a_watched_cell_that_prints_and_displays_keeps_the_protocol_intact() {
+    // No count cap: the cell syncs until the timeout lands.
+    let k = common::display::kernel_limits(cellhost::DisplayLimits {
+        max_cell_displays: u32::MAX,
+        ..cellhost::DisplayLimits::default()
+    })
+    .await;
+    for _ in 0..8 {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let cell = Cell::new("while True:\n    print(1)\n    display(2)")
+            .timeout(Duration::from_millis(300))
+            .events(tx);
+        let r = k.run_cell(cell).await;
+        assert_eq!(r.status, cellhost::Status::Timeout, "{:?}", r.error);
+        assert!(!r.kernel.state_lost, "{:?}", r.kernel.note);
+        while rx.recv().await.is_some() {}
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let r = k
+            .run_cell(Cell::new("print('next')\ndisplay('shown')\n7").events(tx))
+            .await;
+        assert_eq!(r.value.as_deref(), Some("7"), "{r:?}");
+        assert!(!r.kernel.state_lost, "{:?}", r.kernel.note);
+        assert_eq!((r.stdout.as_str(), r.displays.len()), ("next\n", 1));
+    }
+}

@@ -188,6 +188,22 @@ def v1_execute(session, code):
         return json.loads(r.read())
 
 
+def check_iopub_order():
+    """iopub has prints and displays in the order the cell made them
+    (they leave the kernel on separate pipes)."""
+    a = Raw(new_kernel())
+    for _ in range(3):
+        seq, _ = a.execute("for i in range(30):\n    print('o%d' % i, 'x' * 300)\n    display('d%d' % i)")
+        order = []
+        for m in seq:
+            if m["msg_type"] == "stream":
+                order += [line.split(" ")[0] for line in m["content"]["text"].splitlines()]
+            elif m["msg_type"] == "display_data":
+                order.append(m["content"]["data"]["text/plain"].strip("'"))
+        assert order == [w for i in range(30) for w in ("o%d" % i, "d%d" % i)], order
+    print("iopub order ok")
+
+
 def check_rich_result():
     """A value's rich reprs travel in its execute_result, as IPython's display
     formatter puts them there, and are not sent twice as display_data."""

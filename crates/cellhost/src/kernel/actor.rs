@@ -170,6 +170,9 @@ impl<D: Driver> Actor<D> {
         let opts = self.driver.options();
         let timeout = cell.timeout.or(opts.default_timeout);
         let (grace, max_payload) = (opts.interrupt_grace, opts.max_tool_payload);
+        // A watched cell's displays wait for its earlier output (what
+        // an unwatched cell never pays for).
+        let ordered = cell.events.is_some() && self.driver.orders_displays();
         self.driver.begin(cell.events.take());
         // A fresh authority for every cell (one without tools refuses
         // calls with a reason), retired the moment it settles.
@@ -219,7 +222,7 @@ impl<D: Driver> Actor<D> {
                 let _ = started.send(count);
             }
             let run = CellRun {
-                request: exec_frame(&cell.code, tool_set.as_ref(), live, max_payload),
+                request: exec_frame(&cell.code, tool_set.as_ref(), live, max_payload, ordered),
                 tools: tool_set.is_some(),
                 authority: authority.authority(),
                 timeout,
@@ -307,16 +310,21 @@ async fn idle<D: Driver>(driver: &mut D, slot: &mut Slot<D::Live>) -> Option<Vac
 }
 
 /// The runner's `exec` frame for `code`, with the `tools` module when the
-/// kernel does not have this tool set yet.
+/// kernel does not have this tool set yet, and `order` when its displays
+/// must sync with its output.
 fn exec_frame<L: LiveKernel>(
     code: &str,
     tools: Option<&ToolSet>,
     live: &mut L,
     max: usize,
+    ordered: bool,
 ) -> Vec<u8> {
     let mut request = Frame::new()
         .with("op", "exec")
         .with("code", code.as_bytes());
+    if ordered {
+        request = request.with("order", "1");
+    }
     if let Some(set) = tools {
         if !live.tools_installed().as_ref().is_some_and(|t| t.same(set)) {
             request = request

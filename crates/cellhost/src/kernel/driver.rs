@@ -103,6 +103,15 @@ pub(crate) trait Driver: Send + 'static {
     }
     /// The running cell's displays.
     fn displays(&mut self) -> &mut Displays;
+    /// Whether a watched cell's displays can reach its event sink in
+    /// order with its stdout and stderr: the actor then asks the runner
+    /// to sync before each display (`order` in the exec frame; see
+    /// runner.py `_order`). Only a driver that reads the sync and acks it
+    /// may say yes: a runner left waiting for an ack hangs. Remote
+    /// kernels do not (their events are not streamed in order).
+    fn orders_displays(&self) -> bool {
+        false
+    }
 
     /// Start a kernel.
     fn start(

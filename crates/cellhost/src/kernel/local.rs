@@ -202,6 +202,7 @@ async fn idle_io(proc: &mut Process, s: &mut Streams, buf: &mut [u8]) -> Option<
                         match take_frames(proc, &mut s.displays) {
                             Frames::Pending => continue,
                             Frames::Done(_) => broken = Some("a reply nobody asked for".to_owned()),
+                            Frames::Sync => broken = Some("a sync outside a cell".to_owned()),
                             Frames::Broken(detail) => broken = Some(detail),
                         }
                     }
@@ -240,6 +241,10 @@ impl Driver for LocalDriver {
 
     fn displays(&mut self) -> &mut Displays {
         &mut self.streams.displays
+    }
+
+    fn orders_displays(&self) -> bool {
+        true
     }
 
     async fn start(&mut self) -> Result<Start<Process, Infallible>, SpawnError> {

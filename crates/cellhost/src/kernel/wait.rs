@@ -9,6 +9,9 @@
 //!
 //! Display frames may come before the reply (and between cells, from
 //! threads): each one is handed to the cell's [`Displays`] as it arrives.
+//! The same argument orders a watched cell's displays with its output:
+//! before each display the runner sends `sync` and waits; the host drains
+//! stdout and stderr into the cell's stream, then acks (see [`order`]).
 
 use std::io;
 use std::time::Duration;
@@ -67,6 +70,9 @@ pub(super) enum Frames {
     /// Nothing but displays (now in `displays`).
     Pending,
     Done(Frame),
+    /// The runner waits for its earlier output to be read before it sends
+    /// a display (a watched cell, see [`order`]).
+    Sync,
     Broken(String),
 }
 
@@ -78,12 +84,81 @@ pub(super) fn take_frames(proc: &mut Process, displays: &mut Displays) -> Frames
             Ok(Some(frame)) => match frame.text("op").as_deref() {
                 Some("display") => displays.accept(frame),
                 Some("done") => return Frames::Done(frame),
+                Some("sync") => return Frames::Sync,
                 _ => return Frames::Broken("unexpected control frame".into()),
             },
             Ok(None) => return Frames::Pending,
             Err(e) => return Frames::Broken(format!("bad control frame: {e}")),
         }
     }
+}
+
+/// The runner sent `sync` before a display of a watched cell: read what
+/// it wrote to stdout and stderr before (the cell's stream gets it
+/// first), then ack on the request pipe so it sends the display.
+///
+/// The runner flushed its streams and blocks until the ack, so every
+/// byte it wrote before the sync is already in the pipes and one drain
+/// collects it. The request pipe is empty (the runner read the whole
+/// exec frame, and nothing else is sent during a cell), so the small
+/// ack always fits: a direct non-blocking write.
+fn order(proc: &mut Process, s: &mut Streams, buf: &mut [u8]) -> Result<(), String> {
+    use std::os::fd::AsFd;
+    drain(proc, s, buf);
+    let ack = ack_frame();
+    match nix::unistd::write(proc.ctrl_tx.as_fd(), &ack) {
+        Ok(n) if n == ack.len() => Ok(()),
+        Ok(_) => Err("the runner's request pipe took part of a sync ack".into()),
+        Err(e) => Err(format!("failed to ack the runner's sync: {e}")),
+    }
+}
+
+/// Before reading output of a syncing runner: take the frames already in
+/// the reply pipe. Output readable now was written after them, so a
+/// display the cell made before a print is handed on before the print.
+/// Direct reads, as in [`reply_left_in_pipe`]. `Some`: the cell ended.
+async fn displays_first(
+    proc: &mut Process,
+    s: &mut Streams,
+    buf: &mut [u8],
+    stop: Option<Stop>,
+) -> Option<(Outcome, Option<Stop>)> {
+    use std::os::fd::AsFd;
+    if s.ctrl_eof {
+        return None;
+    }
+    // Bounded, as every read loop here: a flooding thread cannot hold us.
+    for _ in 0..READS_PER_WAKE {
+        match nix::unistd::read(proc.ctrl_rx.as_fd(), buf) {
+            Ok(0) => {
+                s.ctrl_eof = true;
+                break;
+            }
+            Ok(n) => proc.frames.extend(&buf[..n]),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+        match take_frames(proc, &mut s.displays) {
+            Frames::Pending => continue,
+            Frames::Done(frame) => return Some((Outcome::Reply(frame), stop)),
+            Frames::Sync => {
+                if let Err(detail) = order(proc, s, buf) {
+                    proc.kill_now().await;
+                    return Some((Outcome::Broken(detail), stop));
+                }
+            }
+            Frames::Broken(detail) => {
+                proc.kill_now().await;
+                return Some((Outcome::Broken(detail), stop));
+            }
+        }
+    }
+    None
+}
+
+/// The host's answer to a `sync` frame.
+fn ack_frame() -> Vec<u8> {
+    Frame::new().with("op", "ack").encode()
 }
 
 /// Send the request and wait for the cell to settle, enforcing the
@@ -114,6 +189,9 @@ pub(super) async fn wait_for_cell(
     let mut stop: Option<Stop> = None;
     let mut kill_at: Option<tokio::time::Instant> = None;
     let mut display_wakes = 0u32;
+    // The runner syncs its displays (a watched cell): from its first
+    // sync on, output is read only after the frames already sent.
+    let mut ordered = false;
 
     // Send the cell. write_all is not cancel safe, but if it is cancelled
     // the kernel is killed anyway.
@@ -156,6 +234,7 @@ pub(super) async fn wait_for_cell(
                     continue;
                 }
                 // Several reads per wake: a display can be megabytes.
+                let mut synced = false;
                 for _ in 0..READS_PER_WAKE {
                     match proc.ctrl_rx.try_read(buf) {
                         Ok(0) => s.ctrl_eof = true,
@@ -167,6 +246,15 @@ pub(super) async fn wait_for_cell(
                                     proc.kill_now().await;
                                     return (Outcome::Broken(detail), stop);
                                 }
+                                Frames::Sync => {
+                                    if let Err(detail) = order(proc, s, buf) {
+                                        proc.kill_now().await;
+                                        return (Outcome::Broken(detail), stop);
+                                    }
+                                    synced = true;
+                                    ordered = true;
+                                    continue;
+                                }
                                 Frames::Pending => continue,
                             }
                         }
@@ -176,7 +264,10 @@ pub(super) async fn wait_for_cell(
                     }
                     break;
                 }
-                display_wakes += 1;
+                // A runner that syncs waits for us between displays, so
+                // it cannot flood; and the reply pipe must stay first, or
+                // output printed after a display would be read before it.
+                display_wakes = if synced { 0 } else { display_wakes + 1 };
             }
             status = proc.child.wait() => {
                 let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
@@ -224,9 +315,15 @@ pub(super) async fn wait_for_cell(
             // Output last: a cell that floods its pipes must not starve the
             // timer, interrupts or its own reply.
             r = proc.stdout.readable(), if !s.out_eof => {
+                if ordered {
+                    if let Some(end) = displays_first(proc, s, buf, stop).await { return end; }
+                }
                 if r.is_err() || pump(&proc.stdout, buf, &mut s.out) { s.out_eof = true; }
             }
             r = proc.stderr.readable(), if !s.err_eof => {
+                if ordered {
+                    if let Some(end) = displays_first(proc, s, buf, stop).await { return end; }
+                }
                 if r.is_err() || pump(&proc.stderr, buf, &mut s.err) { s.err_eof = true; }
             }
             // Ready on its second poll: the other arms had their turn.

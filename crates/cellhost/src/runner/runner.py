@@ -161,6 +161,40 @@ def _send(frame):
     return True
 
 
+_ordered = False  # the running cell is watched: its displays wait for its output
+_SYNC_FRAME = b""
+
+
+def _order():
+    """Before a display of a watched cell: what the cell printed so far
+    reaches the watcher first. stdout/stderr travel on other pipes than
+    display frames, so the host could read a display before an earlier
+    print(); here the runner flushes, writes a `sync` frame and waits for
+    the host's ack on fd 3, which the host sends once it has read
+    everything already in the stdout and stderr pipes. Main thread only:
+    fd 3 is read by the main thread alone (a thread's display is not
+    ordered). Unwatched cells never get here."""
+    global _main_writing, _sigint_deferred
+    if not _ordered or _forked or _thread.get_ident() != _main_thread:
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    with _out_lock:
+        # A SIGINT now is raised once the display is out (see _send):
+        # an ack left unread would be taken for the next request.
+        _main_writing = True
+        try:
+            _write_bytes(_SYNC_FRAME)
+            ack = _read_frame()
+        finally:
+            _main_writing = False
+    if ack is None:
+        os._exit(0)
+
+
 def _write_bytes(data):
     data = memoryview(data)
     while data:
@@ -249,6 +283,7 @@ def _display_module():
         rt.MAX_CELL_BYTES = MAX_CELL_BYTES
         rt.MAX_CELL_DISPLAYS = MAX_CELL_DISPLAYS
         rt._send = _send
+        rt._order = _order
         rt._encode = _encode
         rt._thread = _thread
         mod.init(rt)
@@ -685,6 +720,8 @@ def main():
         _add_packages_dir(_packages_dir)
     global _OK_FRAME
     _OK_FRAME = _encode({"status": "ok", "op": "done"})
+    global _SYNC_FRAME, _ordered
+    _SYNC_FRAME = _encode({"op": "sync"})
     runner = Runner()
     v = sys.version_info
     skipped = []
@@ -713,7 +750,11 @@ def main():
             if op == b"exec":
                 code = req.get("code", b"").decode("utf-8", "surrogateescape")
                 tools_ok = "tools" not in req or _install_tools(req)
-                reply = runner.run(code)
+                _ordered = "order" in req
+                try:
+                    reply = runner.run(code)
+                finally:
+                    _ordered = False
                 if not tools_ok:
                     reply = dict(reply)
                     reply["tools_failed"] = 1
