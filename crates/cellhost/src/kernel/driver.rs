@@ -106,7 +106,7 @@ pub(crate) trait Driver: Send + 'static {
     /// Whether a watched cell's displays can reach its event sink in
     /// order with its stdout and stderr: the actor then asks the runner
     /// to sync before each display (`order` in the exec frame; see
-    /// runner.py `_order`). Only a driver that reads the sync and acks it
+    /// runner/frames.py `_order`). Only a driver that reads the sync and acks it
     /// may say yes: a runner left waiting for an ack hangs. Remote
     /// kernels do not (their events are not streamed in order).
     fn orders_displays(&self) -> bool {

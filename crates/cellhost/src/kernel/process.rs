@@ -19,14 +19,16 @@ use crate::sandbox::launch::{self, EnforcedLimits};
 use crate::sys::{self, private_dir, random_hex};
 use crate::tools::{AuthoritySlot, ToolServer, TOKEN_ENV};
 
-/// The runner script: its parts joined (compile.py, limits.py, helpers.py
-/// and warmup.py define what runner.py calls), shipped as one file so a
-/// kernel reads and compiles one script.
+/// The runner script: its parts joined (compile.py, limits.py, helpers.py,
+/// warmup.py, frames.py and streams.py define what runner.py calls),
+/// shipped as one file so a kernel reads and compiles one script.
 pub(crate) const RUNNER_SOURCE: &str = concat!(
     include_str!("../runner/compile.py"),
     include_str!("../runner/limits.py"),
     include_str!("../runner/helpers.py"),
     include_str!("../runner/warmup.py"),
+    include_str!("../runner/frames.py"),
+    include_str!("../runner/streams.py"),
     include_str!("../runner/runner.py")
 );
 /// Rich outputs; runner.py reads it from its own dir at start.

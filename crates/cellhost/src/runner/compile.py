@@ -1,8 +1,8 @@
-# cellhost kernel runner, part 1 of 5: splitting a cell into its statements
+# cellhost kernel runner, part 1 of 7: splitting a cell into its statements
 # and its last expression, and capping text. The host ships this file,
-# limits.py, helpers.py, warmup.py and runner.py joined into one script (this part
-# first): see RUNNER_SOURCE in kernel/process.rs. Stdlib only, Python >=
-# 3.8; builtin imports only.
+# limits.py, helpers.py, warmup.py, frames.py, streams.py and runner.py
+# joined into one script (this part first): see RUNNER_SOURCE in
+# kernel/process.rs. Stdlib only, Python >= 3.8; builtin imports only.
 
 import _ast
 

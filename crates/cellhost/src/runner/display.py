@@ -7,7 +7,7 @@
 #
 # A display is a bundle of (mime, data) items. Text mimes travel as UTF-8,
 # images as raw bytes; the host base64-encodes binary data. Each display is
-# sent at once, as its own frame on the reply pipe (see runner.py `_send`),
+# sent at once, as its own frame on the reply pipe (see frames.py `_send`),
 # so displays from threads and long cells arrive while the cell runs.
 
 import os
@@ -226,7 +226,7 @@ def publish(items, is_value=False):
     for i, (mime, value) in enumerate(items):
         fields["m%d" % i] = mime
         fields["d%d" % i] = value
-    rt._order()  # a watched cell's earlier prints go first (runner.py)
+    rt._order()  # a watched cell's earlier prints go first (frames.py)
     return rt._send(rt._encode(fields))
 
 

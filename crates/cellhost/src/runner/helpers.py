@@ -1,10 +1,11 @@
-# cellhost kernel runner, part 3 of 5 (compile.py and limits.py come
-# first, warmup.py and runner.py last, in one shipped script): the runner's side of the
-# agent's dialect. The dialect's modules are files of their own next to the
-# script (dialect.py: the transform; magics.py: what escapes run; hints.py:
-# a sentence for an error; pipmagic.py: %pip), read at start (as
-# display.py is: a cell may remove the staging dir) and compiled on first
-# use, so a cell without escapes never loads them. Builtin imports only.
+# cellhost kernel runner, part 3 of 7 (compile.py and limits.py come first,
+# warmup.py, frames.py, streams.py and runner.py last, in one shipped
+# script): the runner's side of the agent's dialect. The dialect's modules
+# are files of their own next to the script (dialect.py: the transform;
+# magics.py: what escapes run; hints.py: a sentence for an error;
+# pipmagic.py: %pip), read at start (as display.py is: a cell may remove the
+# staging dir) and compiled on first use, so a cell without escapes never
+# loads them. Builtin imports only.
 
 import builtins
 import os

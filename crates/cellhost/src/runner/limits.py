@@ -1,7 +1,8 @@
-# cellhost kernel runner, part 2 of 5: resource limits seen from inside the
+# cellhost kernel runner, part 2 of 7: resource limits seen from inside the
 # kernel (the per-cell CPU limit, and which limit an exception means). The
-# host joins compile.py, this file, helpers.py, warmup.py and runner.py into one script; the
-# globals used here (_cpu_per_cell, _sources…) are defined in runner.py.
+# host joins compile.py, this file, helpers.py, warmup.py, frames.py,
+# streams.py and runner.py into one script; the globals used here
+# (_cpu_per_cell, _sources…) are defined in runner.py.
 
 
 def _limit_cpu():

@@ -1,5 +1,6 @@
-# cellhost kernel runner, part 5 of 5 (compile.py, limits.py, helpers.py and
-# warmup.py come first in the shipped script). Stdlib only, Python >= 3.8.
+# cellhost kernel runner, part 7 of 7 (compile.py, limits.py, helpers.py,
+# warmup.py, frames.py and streams.py come first in the shipped script).
+# Stdlib only, Python >= 3.8.
 #
 # The host starts this script with:
 #   fd 0  /dev/null            (input() fails fast)
@@ -19,8 +20,8 @@
 # --network=MODE: the kernel's network mode ("off", "allowlist", "host"),
 # for the hints (hints.py).
 #
-# Frame: 4-byte little-endian body length, then fields, each written as
-# b"<name> <len>\n" followed by <len> raw bytes. No escaping, binary safe.
+# Requests and replies on fds 3/4 are frames (frames.py); the cell's fds
+# 1/2 are kept usable across cells by streams.py.
 #
 # Startup imports are kept to builtin modules: json, re, traceback and
 # friends cost milliseconds each and are imported lazily, only on the paths
@@ -28,8 +29,8 @@
 #
 # Rich outputs (display(), rich last values, matplotlib figures) live in
 # display.py next to this file, loaded on first use; see `_display_module`.
-# Display frames (op=display) may be written at any time, from any thread,
-# so every write to fd 4 holds `_out_lock`.
+# Display frames (op=display) may be written at any time, from any thread
+# (see `_send` in frames.py).
 
 import sys
 import os
@@ -63,146 +64,6 @@ _pip_remote = None  # a remote runner: {"policy", "dir", "here"}; pip runs in th
 _preload = []  # --preload=: imported before the hello
 _warmup = False  # --warmup: warm the preloaded modules up too (see _warm_up)
 _pipmagic_source = None  # pipmagic.py, read at start (see _PipMagicHook)
-
-
-def _encode(fields):
-    parts = []
-    for name, value in fields.items():
-        if value is None:
-            continue
-        if isinstance(value, str):
-            value = value.encode("utf-8", "surrogateescape")
-        elif not isinstance(value, bytes):
-            value = str(value).encode()
-        parts.append(b"%s %d\n" % (name.encode(), len(value)))
-        parts.append(value)
-    body = b"".join(parts)
-    return len(body).to_bytes(4, "little") + body
-
-
-def _decode(body):
-    out = {}
-    i = 0
-    n = len(body)
-    while i < n:
-        j = body.index(b"\n", i)
-        name, size = body[i:j].split(b" ")
-        start = j + 1
-        end = start + int(size)
-        out[name.decode()] = body[start:end]
-        i = end
-    return out
-
-
-_pending = bytearray()
-
-
-def _read_frame():
-    # One read() usually holds exactly one whole request (the host sends one
-    # at a time); big cells arrive in pieces and are assembled.
-    if not _pending:
-        data = os.read(CTRL_IN, 65536)
-        if not data:
-            return None
-        if len(data) >= 4 and len(data) == 4 + int.from_bytes(data[:4], "little"):
-            return _decode(data[4:])
-        _pending.extend(data)
-    buf = _pending
-    while len(buf) < 4:
-        chunk = os.read(CTRL_IN, 65536)
-        if not chunk:
-            return None
-        buf += chunk
-    need = 4 + int.from_bytes(buf[:4], "little")
-    while len(buf) < need:
-        chunk = os.read(CTRL_IN, max(65536, need - len(buf)))
-        if not chunk:
-            return None
-        buf += chunk
-    body = bytes(buf[4:need])
-    del buf[:need]
-    return _decode(body)
-
-
-def _write_frame(fields):
-    _send(_encode(fields))
-
-
-_out_lock = _thread.allocate_lock()
-_main_thread = _thread.get_ident()
-_forked = False  # set in a fork()ed child (multiprocessing): it must stay off fd 4
-_main_writing = False
-_sigint_deferred = False
-
-
-def _send(frame):
-    """Write one whole frame to the reply pipe; safe from any thread.
-
-    Frames never interleave (one lock), a forked child never writes into its
-    parent's pipe, and a SIGINT that lands while the main thread is half way
-    through a frame is raised only once the frame is complete.
-    """
-    global _main_writing, _sigint_deferred
-    if _forked:
-        return False
-    main = _thread.get_ident() == _main_thread
-    with _out_lock:
-        if main:
-            _main_writing = True
-        try:
-            _write_bytes(frame)
-        finally:
-            if main:
-                _main_writing = False
-    if main and _sigint_deferred:
-        _sigint_deferred = False
-        if _cell_running:
-            raise KeyboardInterrupt
-    return True
-
-
-_ordered = False  # the running cell is watched: its displays wait for its output
-_SYNC_FRAME = b""
-
-
-def _order():
-    """Before a display of a watched cell: what the cell printed so far
-    reaches the watcher first. stdout/stderr travel on other pipes than
-    display frames, so the host could read a display before an earlier
-    print(); here the runner flushes, writes a `sync` frame and waits for
-    the host's ack on fd 3, which the host sends once it has read
-    everything already in the stdout and stderr pipes. Main thread only:
-    fd 3 is read by the main thread alone (a thread's display is not
-    ordered). Unwatched cells never get here."""
-    global _main_writing, _sigint_deferred
-    if not _ordered or _forked or _thread.get_ident() != _main_thread:
-        return
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:
-            pass
-    with _out_lock:
-        # A SIGINT now is raised once the display is out (see _send):
-        # an ack left unread would be taken for the next request.
-        _main_writing = True
-        try:
-            _write_bytes(_SYNC_FRAME)
-            ack = _read_frame()
-        finally:
-            _main_writing = False
-    if ack is None:
-        os._exit(0)
-
-
-def _write_bytes(data):
-    data = memoryview(data)
-    while data:
-        try:
-            n = os.write(CTRL_OUT, data)
-        except InterruptedError:
-            continue
-        data = data[n:]
 
 
 def _watch_death():
@@ -434,77 +295,6 @@ def _flush_figures():
         pass
     finally:
         _cell_running = False
-
-
-class _Streams:
-    """Keeps fds 1/2 and sys.stdout/sys.stderr usable across cells."""
-
-    def __init__(self):
-        self.saved = [(fd, os.dup(fd)) for fd in (1, 2)]
-        self.stdout = sys.stdout
-        self.stderr = sys.stderr
-
-    def restore(self):
-        # Put the host's pipes back on fds 1 and 2 unconditionally: one
-        # dup2() is cheaper than checking with fstat() whether a cell
-        # closed or redirected them.
-        for fd, copy in self.saved:
-            try:
-                os.dup2(copy, fd)
-            except OSError:
-                pass
-        out, err = sys.stdout, sys.stderr
-        if out is self.stdout and err is self.stderr and not (out.closed or err.closed):
-            out.flush()
-            err.flush()
-            return
-        for name in ("stdout", "stderr"):
-            cur = getattr(sys, name)
-            orig = getattr(self, name)
-            if cur is not orig:
-                try:
-                    cur.flush()
-                except Exception:
-                    pass
-            if orig.closed:
-                fd = 1 if name == "stdout" else 2
-                orig = io.TextIOWrapper(
-                    io.FileIO(fd, "w", closefd=False),
-                    encoding="utf-8",
-                    errors="backslashreplace",
-                    line_buffering=True,
-                )
-                setattr(self, name, orig)
-            if cur is not orig:
-                setattr(sys, name, orig)
-                setattr(sys, "__%s__" % name, orig)
-            else:
-                try:
-                    orig.flush()
-                except Exception:
-                    pass
-
-
-def _flush_c_stdio():
-    # C code (printf via ctypes or an extension) writes into libc's stdio
-    # buffer, which is block-buffered on a pipe. Flush it at the end of each
-    # cell, but only once ctypes is loaded anyway: importing it costs ~4 ms.
-    ctypes = sys.modules.get("ctypes")
-    if ctypes is None:
-        return
-    try:
-        libc = _flush_c_stdio.libc
-    except AttributeError:
-        try:
-            libc = ctypes.CDLL(None)
-        except Exception:
-            libc = None
-        _flush_c_stdio.libc = libc
-    if libc is not None:
-        try:
-            libc.fflush(None)
-        except Exception:
-            pass
 
 
 def _sync_linecache():

@@ -1,13 +1,13 @@
-# cellhost kernel runner, part 4 of 5 (compile.py, limits.py and helpers.py
-# come first, runner.py last, in one shipped script): `--warmup`, the
-# built-in warm-ups of preloaded modules. A pooled kernel (`[kernel]
-# preload`) runs them after its imports and before its hello, so a
-# session's first `pd.DataFrame(...)` or `plt.plot(...)` does not pay the
-# lazy imports and caches behind a first frame, repr, HTML table or
-# rendered figure (pandas' first frame, repr and HTML: ~35 ms in a fresh
+# cellhost kernel runner, part 4 of 7 (compile.py, limits.py and helpers.py
+# come first, frames.py, streams.py and runner.py last, in one shipped
+# script): `--warmup`, the built-in warm-ups of preloaded modules. A pooled
+# kernel (`[kernel] preload`) runs them after its imports and before its
+# hello, so a session's first `pd.DataFrame(...)` or `plt.plot(...)` does
+# not pay the lazy imports and caches behind a first frame, repr, HTML table
+# or rendered figure (pandas' first frame, repr and HTML: ~35 ms in a fresh
 # interpreter reading cold files, ~6 ms of the bench's first pandas cell).
-# Then the heap is collected and frozen (gc.freeze): the GC never
-# traverses again what the imports made. Builtin imports only.
+# Then the heap is collected and frozen (gc.freeze): the GC never traverses
+# again what the imports made. Builtin imports only.
 
 
 def _warm_numpy(np):
