@@ -210,6 +210,18 @@ pub(super) fn docker_failed(out: &ExecOutput) -> bool {
     matches!(out.status, Some(125..=127)) && out.stdout.is_empty()
 }
 
+/// `out`, or the transport error [`docker_failed`] means (`what` names
+/// the transport).
+pub(super) fn docker_checked(out: ExecOutput, what: String) -> Result<ExecOutput, ExecError> {
+    if docker_failed(&out) {
+        return Err(ExecError::Failed {
+            what,
+            detail: out.stderr_line(),
+        });
+    }
+    Ok(out)
+}
+
 impl Transport for DockerTransport {
     fn exec<'a>(
         &'a self,
@@ -224,13 +236,7 @@ impl Transport for DockerTransport {
                 env: self.env.clone(),
             };
             let out = run_client(&client, stdin, timeout, &self.describe()).await?;
-            if docker_failed(&out) {
-                return Err(ExecError::Failed {
-                    what: self.describe(),
-                    detail: out.stderr_line(),
-                });
-            }
-            Ok(out)
+            docker_checked(out, self.describe())
         })
     }
 

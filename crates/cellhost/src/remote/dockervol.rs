@@ -289,13 +289,7 @@ impl Transport for VolumeTransport {
             }
             let client = self.run_client_for(script).await?;
             let out = run_client(&client, stdin, timeout, &self.describe()).await?;
-            if failed(&out) {
-                return Err(ExecError::Failed {
-                    what: self.describe(),
-                    detail: out.stderr_line(),
-                });
-            }
-            Ok(out)
+            super::docker::docker_checked(out, self.describe())
         })
     }
 
