@@ -20,11 +20,16 @@ use serde::{Deserialize, Serialize};
 
 mod events;
 mod request;
+mod snapshot;
 
 pub use events::{
     CellAnswer, Count, ErrorBody, ErrorDetail, ExecuteEvent, NotRecorded, OutputStream,
 };
 pub use request::{check_timeout, ExecuteRequest, RequestError, MAX_TIMEOUT_SECONDS, MAX_TOOLS};
+pub use snapshot::{
+    ForkPath, ForkReport, ForkRequest, ForkTargets, Forked, RestoreFrom, Restored, Skipped,
+    SnapshotReport,
+};
 
 /// How a cell ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -181,6 +186,15 @@ pub struct KernelInfo {
     /// A plain sentence whenever state was reset, lost or the kernel ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// On the first cell after a snapshot was loaded into a fresh kernel:
+    /// what was restored, what was not, and why it was taken.
+    /// `state_lost` is false only when nothing was skipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored: Option<Restored>,
+    /// The session this kernel's state was forked from, on every cell of
+    /// a forked kernel.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
 }
 
 /// The result of one cell: the public contract of every front end.
