@@ -54,9 +54,9 @@ pub struct Restored {
     pub skipped: Vec<Skipped>,
     /// Why the snapshot was taken.
     pub from: RestoreFrom,
-    /// How old the snapshot was when it was loaded, in seconds.
+    /// How old the snapshot was when it was loaded, in whole seconds.
     #[serde(default)]
-    pub age_seconds: f64,
+    pub age_seconds: u64,
 }
 
 /// What `POST /v1/sessions/{session}/snapshot` answers.
@@ -176,7 +176,7 @@ mod tests {
             names: 3,
             skipped: vec![s],
             from: RestoreFrom::Evicted,
-            age_seconds: 1.5,
+            age_seconds: 2,
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["from"], "evicted");
