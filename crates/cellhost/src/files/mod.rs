@@ -13,16 +13,20 @@
 //! - uploads respect the workspace quota (`[limits] workspace_mib`) and
 //!   the upload limit (`[files] max_upload_mib`).
 //!
-//! Cut output is spilled into the workspace too (`spill.rs`), so the next
+//! The handle is in `handle.rs`, the operations on this host in
+//! `local.rs` (a remote workspace's go through `crate::remote`). Cut
+//! output is spilled into the workspace too (`spill.rs`), so the next
 //! cell can open it.
 
 mod handle;
+mod local;
 pub mod path;
 pub(crate) mod spill;
 
 use serde::Serialize;
 
-pub use handle::{ByteReader, FileReader, Opened, Prepare, Workspace, WriteLimits};
+pub use handle::{ByteReader, FileReader, Opened, Workspace, WriteLimits};
+pub use local::Prepare;
 pub use path::RelPath;
 /// Spill files of cut output kept per workspace (older ones are removed).
 pub use spill::KEEP as SPILL_KEEP;

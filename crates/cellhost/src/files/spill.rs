@@ -29,7 +29,7 @@ pub(crate) fn write(root: &Path, name: &str, text: &str) -> std::io::Result<Stri
     let dir = path::walk_dirs(&root_fd, &parts, Some(owner))?;
     let tmp = path::name(&format!(
         "{}{}",
-        super::handle::UPLOAD_PREFIX,
+        super::local::UPLOAD_PREFIX,
         crate::kernel::random_hex(8)
     ))?;
     let fd = path::open_at(
