@@ -75,7 +75,10 @@ pub use cellhost_protocol::{
 };
 pub use error_chain::error_chain;
 pub use interpreter::{Interpreter, InterpreterError};
-pub use kernel::{Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SpawnError};
+pub use kernel::{
+    Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SnapshotError,
+    SnapshotSummary, SpawnError,
+};
 pub use output::OutputLimits;
 pub use sandbox::{ResourceLimits, Sandbox, StrictSandbox};
 pub use tools::{FnTool, Tool, ToolError, ToolSet};

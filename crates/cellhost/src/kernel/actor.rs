@@ -110,6 +110,17 @@ impl<D: Driver> Actor<D> {
                             return;
                         }
                     }
+                    Some(Request::Snapshot(job, tx)) => {
+                        self.observed.update(|s| s.busy = true);
+                        let (result, shutdown) = self.snapshot(job, &mut control).await;
+                        self.observed.update(|s| s.busy = false);
+                        let _ = tx.send(result);
+                        if let Some(done) = shutdown {
+                            self.teardown().await;
+                            let _ = done.send(());
+                            return;
+                        }
+                    }
                     None => { self.teardown().await; return; }
                 },
                 why = idle(&mut self.driver, &mut self.slot) => {
@@ -339,5 +350,6 @@ fn exec_frame<L: LiveKernel>(
     request.encode()
 }
 
+mod snapshot;
 #[cfg(test)]
 mod tests;

@@ -113,6 +113,13 @@ pub(crate) trait Driver: Send + 'static {
         false
     }
 
+    /// Where a snapshot FIFO for `live` goes: the host's path of a dir
+    /// the kernel can open files in, and the same dir as the kernel sees
+    /// it (`None`: this kind of kernel takes no snapshots).
+    fn fifo_dir(&self, _live: &Self::Live) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+        None
+    }
+
     /// Start a kernel.
     fn start(
         &mut self,

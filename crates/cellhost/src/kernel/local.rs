@@ -247,6 +247,16 @@ impl Driver for LocalDriver {
         true
     }
 
+    fn fifo_dir(&self, proc: &Process) -> Option<(PathBuf, PathBuf)> {
+        let host = proc.staging().to_path_buf();
+        let inside = if self.opts.sandbox.is_strict() {
+            PathBuf::from(crate::sandbox::STAGING_IN_SANDBOX)
+        } else {
+            host.clone()
+        };
+        Some((host, inside))
+    }
+
     async fn start(&mut self) -> Result<Start<Process, Infallible>, SpawnError> {
         if let Some(moved) = self
             .observed

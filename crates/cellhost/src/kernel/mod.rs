@@ -21,6 +21,7 @@ mod local;
 mod process;
 pub mod record;
 mod report;
+pub(crate) mod snapshot;
 pub(crate) mod staging;
 mod stream;
 mod wait;
@@ -43,6 +44,7 @@ pub(crate) use process::max_display_bytes;
 pub(crate) use display::Displays;
 pub use display::{CellEvent, DisplayLimits};
 pub(crate) use process::{Exit, RUNNER_FILES, RUNNER_SOURCE};
+pub use snapshot::{SnapshotError, Summary as SnapshotSummary};
 // Old paths of the helpers now in `crate::sys`.
 pub(crate) use crate::sys::random_hex;
 pub use crate::sys::{pid_alive, process_group, process_start_time, rss_bytes};
@@ -406,6 +408,11 @@ impl KernelError {
 
 pub(crate) enum Request {
     Execute(Cell, oneshot::Sender<Result<CellResult, KernelError>>),
+    /// A snapshot turn between cells (`snapshot.rs`).
+    Snapshot(
+        snapshot::Job,
+        oneshot::Sender<Result<snapshot::Summary, SnapshotError>>,
+    ),
 }
 
 pub(crate) enum Control {
@@ -536,6 +543,55 @@ impl Kernel {
             .send(Request::Execute(cell, tx))
             .map_err(|_| KernelError::Closed)?;
         rx.await.map_err(|_| KernelError::Closed)?
+    }
+
+    /// Write a snapshot of the kernel's namespace to `dest` (zstd, written
+    /// beside it and renamed into place), between cells: queued behind
+    /// the cells already sent. At most `max_bytes` of stream before
+    /// compression. See docs/snapshots.md.
+    ///
+    /// # Errors
+    /// No live kernel, a backend without snapshots, the cap, or the
+    /// runner's reason.
+    pub async fn snapshot_to(
+        &self,
+        dest: impl Into<PathBuf>,
+        max_bytes: u64,
+    ) -> Result<SnapshotSummary, SnapshotError> {
+        let job = snapshot::Job::Take {
+            dest: dest.into(),
+            max: max_bytes,
+        };
+        self.snapshot_job(job).await
+    }
+
+    /// Load the snapshot at `src` into the kernel's namespace (a fresh
+    /// kernel, before its first cell). Globals that cannot be loaded are
+    /// listed in the summary's `skipped`.
+    ///
+    /// # Errors
+    /// As [`Kernel::snapshot_to`]; a corrupt, truncated or foreign
+    /// snapshot is the runner's reason.
+    pub async fn restore_from(
+        &self,
+        src: impl Into<PathBuf>,
+        max_bytes: u64,
+    ) -> Result<SnapshotSummary, SnapshotError> {
+        let job = snapshot::Job::Restore {
+            src: src.into(),
+            max: max_bytes,
+        };
+        self.snapshot_job(job).await
+    }
+
+    async fn snapshot_job(&self, job: snapshot::Job) -> Result<SnapshotSummary, SnapshotError> {
+        let closed = || SnapshotError::KernelGone("its handle was closed".into());
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .requests
+            .send(Request::Snapshot(job, tx))
+            .map_err(|_| closed())?;
+        rx.await.map_err(|_| closed())?
     }
 
     /// Interrupt the running cell (SIGINT; killed after the grace period if

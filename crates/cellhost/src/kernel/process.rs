@@ -45,6 +45,8 @@ pub(crate) const RUNNER_FILES: &[(&str, &str)] = &[
     // `%pip` on remote kernels (pip runs there) and `%pip uninstall`.
     ("remotepip.py", include_str!("../runner/remotepip.py")),
     ("pipuninstall.py", include_str!("../runner/pipuninstall.py")),
+    // The snapshot and restore ops (docs/snapshots.md).
+    ("snapshot.py", include_str!("../runner/snapshot.py")),
 ];
 
 /// How a process ended, for notes and errors.

@@ -445,6 +445,19 @@ def _setup_display():
     os.register_at_fork(after_in_child=_after_fork)
 
 
+def _snapshot_op(runner, op, path):
+    # Between cells only (the host sends it in a turn of its own): the
+    # session's namespace to or from the host's FIFO (snapshot.py).
+    import json
+
+    try:
+        mod = _helper("snapshot")
+        summary = mod.take(runner.ns, path) if op == b"snapshot" else mod.load(runner.ns, path)
+        return {"status": "ok", "value": json.dumps(summary)}
+    except BaseException as e:
+        return {"status": "error", "error": _cap("%s: %s" % (type(e).__name__, e), MAX_VALUE)}
+
+
 def _after_fork():
     global _forked
     _forked = True
@@ -548,6 +561,8 @@ def main():
                 if not tools_ok:
                     reply = dict(reply)
                     reply["tools_failed"] = 1
+            elif op in (b"snapshot", b"restore"):
+                reply = _snapshot_op(runner, op, req.get("path", b"").decode("utf-8", "surrogateescape"))
             else:
                 reply = {"status": "error", "error": "cellhost runner: unknown request %r" % (op,)}
             try:

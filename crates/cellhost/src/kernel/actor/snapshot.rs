@@ -1,0 +1,150 @@
+//! The actor's snapshot turn: between cells, the runner writes its
+//! namespace to (or loads it from) a FIFO the host pumps (`kernel/
+//! snapshot.rs`). It runs through the driver as a cell does, so its
+//! output is drained, a death is noticed and the kernel is vacated with
+//! the reason; it is never counted as a cell and never changes what the
+//! next cell is told about reuse.
+
+use std::time::Instant;
+
+use cellhost_protocol::KernelInfo;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Actor, Slot};
+use crate::kernel::driver::{CellRun, Driver, LiveKernel, Ran};
+use crate::kernel::frame::Frame;
+use crate::kernel::report;
+use crate::kernel::snapshot::{self, Fifo, Job, SnapshotError, Summary};
+use crate::kernel::wait::Outcome;
+use crate::kernel::Control;
+use crate::tools::{self, Authority};
+
+/// What a snapshot turn gave back, and the shutdown it ended in.
+pub(super) type Snapshotted = (Result<Summary, SnapshotError>, Option<oneshot::Sender<()>>);
+
+impl<D: Driver> Actor<D> {
+    pub(super) async fn snapshot(
+        &mut self,
+        job: Job,
+        control: &mut mpsc::UnboundedReceiver<Control>,
+    ) -> Snapshotted {
+        let Slot::Live(live) = &mut self.slot else {
+            return (Err(SnapshotError::NoKernel), None);
+        };
+        let Some((host_dir, kernel_dir)) = self.driver.fifo_dir(live) else {
+            let backend = self.driver.backend();
+            return (Err(SnapshotError::Unsupported { backend }), None);
+        };
+        let fifo = match Fifo::make(&host_dir) {
+            Ok(f) => f,
+            Err(e) => return (Err(e), None),
+        };
+        let in_kernel = kernel_dir.join(fifo.path.file_name().unwrap_or_default());
+        let pump = {
+            let (path, job) = (fifo.path.clone(), job.clone());
+            tokio::task::spawn_blocking(move || snapshot::pump(&path, &job))
+        };
+        let started = Instant::now();
+        let mut info = KernelInfo {
+            backend: self.driver.backend(),
+            id: live.id().to_owned(),
+            pid: Some(live.pid()),
+            ..KernelInfo::default()
+        };
+        let grace = self.driver.options().interrupt_grace;
+        let authority =
+            tools::authority::install(self.driver.authority_slot(), Authority::new(None, None, 0));
+        self.driver.begin(None);
+        let request = Frame::new()
+            .with("op", job.op())
+            .with("path", in_kernel.to_string_lossy().as_bytes())
+            .encode();
+        let run = CellRun {
+            request,
+            tools: false,
+            authority: authority.authority(),
+            timeout: None,
+            control,
+        };
+        let ran = self.driver.run(live, run).await;
+        authority.settle();
+        let (outcome, stop, mut output) = match ran {
+            Ran::Done(outcome, stop, output) => (outcome, stop, output),
+            Ran::NotDelivered { vacancy, .. } => {
+                fifo.unblock(&job);
+                let _ = pump.await;
+                self.vacate(vacancy).await;
+                let why = "it had died before the snapshot was asked for".to_owned();
+                return (Err(SnapshotError::KernelGone(why)), None);
+            }
+            Ran::Lost { detail, .. } => {
+                fifo.unblock(&job);
+                let _ = pump.await;
+                return (Err(SnapshotError::KernelGone(detail)), None);
+            }
+        };
+        // The runner is done with its end: release a pump still waiting
+        // for it to open, then collect what the pump did.
+        fifo.unblock(&job);
+        let pumped = pump.await.unwrap_or_else(|_| {
+            Err(SnapshotError::Runner(
+                "the snapshot pump thread failed".into(),
+            ))
+        });
+        let Slot::Live(live) = &mut self.slot else {
+            unreachable!("the kernel is vacated only below")
+        };
+        let settled = self.driver.settle(live, &outcome, &mut output).await;
+        let reply = match &outcome {
+            Outcome::Reply(frame) => Some((
+                frame.text("status"),
+                frame.text("value"),
+                frame.text("error"),
+            )),
+            _ => None,
+        };
+        let mut rep = report::report(
+            &outcome,
+            stop,
+            &mut info,
+            grace,
+            &settled.stderr_tail,
+            settled.breach,
+        );
+        let gone = info.note.clone();
+        let shutdown = match outcome {
+            Outcome::ShutDown(tx) => Some(tx),
+            _ => None,
+        };
+        if let Some(v) = rep.vacancy.take() {
+            self.vacate(v).await;
+        }
+        // Drains the driver's captures of this turn (nothing is shown).
+        let _ = self.driver.finish(rep, info, started, output).await;
+        let result = match reply {
+            Some((Some(status), Some(value), _)) if status == "ok" => {
+                snapshot::parse_summary(&value).and_then(|(names, skipped)| {
+                    let (raw_bytes, bytes) = pumped?;
+                    Ok(Summary {
+                        names,
+                        skipped,
+                        raw_bytes,
+                        bytes,
+                    })
+                })
+            }
+            // Over the cap: the pump stopped reading, so the runner's
+            // write failed; the cap is the reason.
+            Some(_) if matches!(pumped, Err(SnapshotError::TooLarge { .. })) => {
+                Err(pumped.err().unwrap_or(SnapshotError::NoKernel))
+            }
+            Some((_, _, error)) => Err(SnapshotError::Runner(
+                error.unwrap_or_else(|| "the runner gave no reason".into()),
+            )),
+            None => Err(SnapshotError::KernelGone(
+                gone.unwrap_or_else(|| "it stopped".into()),
+            )),
+        };
+        (result, shutdown)
+    }
+}

@@ -1,0 +1,248 @@
+//! Snapshots of a live kernel's namespace, and loading one into a fresh
+//! kernel (docs/snapshots.md): the host's end.
+//!
+//! The runner (`runner/snapshot.py`) writes or reads the snapshot stream
+//! through a FIFO the host makes in the kernel's staging dir, which a
+//! strict sandbox sees too (read-only bind: a FIFO opens for writing on a
+//! read-only mount). A blocking thread here compresses what comes out of
+//! the FIFO into the snapshot file (zstd; written beside it and renamed
+//! into place, so a reader sees a whole file or none), or feeds a snapshot
+//! file into it. The stream is capped while it is read: past the cap the
+//! thread stops reading, the runner's write fails, and nothing is kept.
+//! The bytes are the cell's, so hostile: the host never parses them, only
+//! counts, compresses and decompresses them (with a cap on the output).
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use cellhost_protocol::Skipped;
+
+/// What to do with a kernel's namespace.
+#[derive(Debug, Clone)]
+pub(crate) enum Job {
+    /// Write it to `dest` (compressed), at most `max` bytes before
+    /// compression.
+    Take { dest: PathBuf, max: u64 },
+    /// Load the snapshot at `src` into the namespace.
+    Restore { src: PathBuf, max: u64 },
+}
+
+impl Job {
+    pub(crate) fn op(&self) -> &'static str {
+        match self {
+            Job::Take { .. } => "snapshot",
+            Job::Restore { .. } => "restore",
+        }
+    }
+}
+
+/// What a snapshot or a restore did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Globals kept (or loaded).
+    pub names: u64,
+    /// Globals that could not be kept (or loaded), and why.
+    pub skipped: Vec<Skipped>,
+    /// The stream's size before compression.
+    pub raw_bytes: u64,
+    /// The snapshot file's size (after compression); 0 for a restore.
+    pub bytes: u64,
+}
+
+/// Why a snapshot or a restore did not happen.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    /// The session has no live kernel to snapshot.
+    #[error("the session has no live kernel: there is no state to snapshot")]
+    NoKernel,
+    /// The kernel's backend cannot take snapshots.
+    #[error("snapshots of {backend} kernels are not supported yet; only local kernels (strict and none) take them")]
+    Unsupported {
+        /// The backend's name.
+        backend: String,
+    },
+    /// The state is larger than the cap.
+    #[error("the state is over the snapshot cap of {max_mib} MiB (`[snapshots] max_mib`); no snapshot was kept")]
+    TooLarge {
+        /// The cap.
+        max_mib: u64,
+    },
+    /// The runner could not write or load it (its reason).
+    #[error("{0}")]
+    Runner(String),
+    /// The kernel died or was stopped while it ran.
+    #[error("the kernel went away during the snapshot: {0}")]
+    KernelGone(String),
+    /// A host-side file operation failed.
+    #[error("could not {about}")]
+    Io {
+        /// What was being done.
+        about: &'static str,
+        /// The failure.
+        #[source]
+        err: io::Error,
+    },
+}
+
+fn io_err(about: &'static str) -> impl FnOnce(io::Error) -> SnapshotError {
+    move |err| SnapshotError::Io { about, err }
+}
+
+/// A FIFO in `dir` (the staging dir), removed when dropped.
+pub(crate) struct Fifo {
+    pub(crate) path: PathBuf,
+}
+
+impl Fifo {
+    pub(crate) fn make(dir: &Path) -> Result<Fifo, SnapshotError> {
+        let path = dir.join(format!("snapshot-{}.fifo", crate::sys::random_hex(4)));
+        // 0666 in the kernel's 0700 staging dir: only the kernel (whose
+        // uid the dir is handed to) and the host reach it.
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o666)).map_err(
+            |e| SnapshotError::Io {
+                about: "make the snapshot FIFO in the staging dir",
+                err: e.into(),
+            },
+        )?;
+        let _ =
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o666));
+        Ok(Fifo { path })
+    }
+
+    /// Release a pump thread still waiting in `open` for the runner (which
+    /// never opened its end): open the other end without blocking, once.
+    pub(crate) fn unblock(&self, job: &Job) {
+        let mut o = std::fs::OpenOptions::new();
+        match job {
+            Job::Take { .. } => o.write(true),
+            Job::Restore { .. } => o.read(true),
+        };
+        let _ = o.custom_flags(libc::O_NONBLOCK).open(&self.path);
+    }
+}
+
+impl Drop for Fifo {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// What the pump thread did: raw bytes moved, compressed bytes written.
+pub(crate) type Pumped = Result<(u64, u64), SnapshotError>;
+
+/// The pump of `job` through `fifo` (run on a blocking thread).
+pub(crate) fn pump(fifo: &Path, job: &Job) -> Pumped {
+    match job {
+        Job::Take { dest, max } => take(fifo, dest, *max),
+        Job::Restore { src, max } => feed(fifo, src, *max),
+    }
+}
+
+fn take(fifo: &Path, dest: &Path, max: u64) -> Pumped {
+    let mut input = File::open(fifo).map_err(io_err("open the snapshot FIFO"))?;
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io_err("create the snapshots dir"))?;
+    let tmp = dir.join(format!(
+        ".tmp-{}-{}",
+        crate::sys::random_hex(4),
+        dest.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default()
+    ));
+    let out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(io_err("create the snapshot file"))?;
+    let written = (|| {
+        let mut enc = zstd::Encoder::new(out, 3).map_err(io_err("start compressing"))?;
+        let mut buf = vec![0u8; 1 << 20];
+        let mut raw = 0u64;
+        loop {
+            let n = match input.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(io_err("read the snapshot stream")(e)),
+            };
+            raw += n as u64;
+            if raw > max {
+                // Stop reading: the runner's next write fails (EPIPE).
+                return Err(SnapshotError::TooLarge { max_mib: max >> 20 });
+            }
+            enc.write_all(&buf[..n])
+                .map_err(io_err("write the snapshot file"))?;
+        }
+        let out = enc.finish().map_err(io_err("finish the snapshot file"))?;
+        out.sync_all().map_err(io_err("sync the snapshot file"))?;
+        let bytes = out.metadata().map(|m| m.len()).unwrap_or(0);
+        Ok((raw, bytes))
+    })();
+    drop(input);
+    match written {
+        Ok(sizes) => {
+            std::fs::rename(&tmp, dest).map_err(io_err("put the snapshot file in place"))?;
+            if let Ok(d) = File::open(dir) {
+                let _ = d.sync_all();
+            }
+            Ok(sizes)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn feed(fifo: &Path, src: &Path, max: u64) -> Pumped {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(src)
+        .map_err(io_err("open the snapshot file"))?;
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .open(fifo)
+        .map_err(io_err("open the snapshot FIFO"))?;
+    let dec = zstd::Decoder::new(file).map_err(io_err("start decompressing"))?;
+    // A snapshot that decompresses to more than the cap is not ours.
+    let mut dec = dec.take(max.saturating_add(1));
+    let mut buf = vec![0u8; 1 << 20];
+    let mut raw = 0u64;
+    loop {
+        let n = match dec.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            // Corrupt: stop; the runner reads a truncated stream and says so.
+            Err(_) => break,
+        };
+        raw += n as u64;
+        if raw > max {
+            break;
+        }
+        if out.write_all(&buf[..n]).is_err() {
+            break; // the runner stopped reading (it failed): it says why
+        }
+    }
+    Ok((raw, 0))
+}
+
+/// The runner's summary (`{"names": n, "skipped": [...]}`).
+pub(crate) fn parse_summary(value: &str) -> Result<(u64, Vec<Skipped>), SnapshotError> {
+    #[derive(serde::Deserialize)]
+    struct S {
+        names: u64,
+        #[serde(default)]
+        skipped: Vec<Skipped>,
+    }
+    serde_json::from_str::<S>(value)
+        .map(|s| (s.names, s.skipped))
+        .map_err(|e| {
+            SnapshotError::Runner(format!("the runner's snapshot summary is not valid: {e}"))
+        })
+}

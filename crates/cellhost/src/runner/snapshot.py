@@ -1,0 +1,167 @@
+# cellhost kernel runner: snapshots of the session's namespace (the `snapshot`
+# and `restore` ops; see docs/snapshots.md). Loaded on first use by
+# helpers.py's _helper, like the dialect's modules. Builtin imports only,
+# plus cloudpickle when the kernel's interpreter has it.
+#
+# A snapshot is a stream written to (or read from) a path the host gives:
+# a FIFO in the kernel's staging dir, whose other end the host compresses
+# into the snapshot file (or feeds from it). Its records, each a pickle:
+#
+#   MAGIC, then {"python": [major, minor], "pickler": "cloudpickle"|"pickle"}
+#   ("v", name, blob)     a global, its value pickled on its own
+#   ("m", name, module)   a global bound to an imported module: re-imported
+#   ("end", n)            n records before it
+#
+# One global at a time, so one that cannot be pickled (a socket, an open
+# file, a generator, a thread, an object whose pickling raises) is listed
+# with its type and the reason, never dropped silently, and never spoils
+# the others.
+
+import pickle
+import sys
+import types
+
+MAGIC = b"CELLHOST-SNAPSHOT 1\n"
+_MAX_WHY = 200
+_MAX_SKIPPED = 200
+
+try:
+    import cloudpickle as _cloudpickle
+except Exception:  # not installed, or broken: stdlib pickle alone
+    _cloudpickle = None
+
+
+def _user_names(ns):
+    """The session's own globals: not dunders, not what the runner put."""
+    for name, value in list(ns.items()):
+        if name.startswith("__") and name.endswith("__"):
+            continue
+        if name in ("_", "__builtins__"):
+            continue
+        yield name, value
+
+
+def _why(e):
+    text = "%s: %s" % (type(e).__name__, e)
+    return text if len(text) <= _MAX_WHY else text[: _MAX_WHY - 1] + "\u2026"
+
+
+def _type_name(value):
+    t = type(value)
+    mod = getattr(t, "__module__", "builtins")
+    return t.__qualname__ if mod in ("builtins", "__main__") else "%s.%s" % (mod, t.__qualname__)
+
+
+def _defined_in_cell(value):
+    return isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == "__main__"
+
+
+def _dumps(value):
+    if _cloudpickle is not None:
+        return _cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    if _defined_in_cell(value):
+        raise TypeError("defined in a cell: install cloudpickle in the kernel's interpreter to keep it")
+    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def take(ns, path):
+    """Write the snapshot of `ns` to `path`; returns the reply's summary."""
+    names, skipped, records = 0, [], 0
+    with open(path, "wb", buffering=1 << 20) as out:
+        out.write(MAGIC)
+        header = {
+            "python": list(sys.version_info[:2]),
+            "pickler": "cloudpickle" if _cloudpickle is not None else "pickle",
+        }
+        pickle.dump(header, out, protocol=pickle.HIGHEST_PROTOCOL)
+        for name, value in _user_names(ns):
+            if isinstance(value, types.ModuleType):
+                rec = ("m", name, value.__name__)
+            else:
+                try:
+                    rec = ("v", name, _dumps(value))
+                except BaseException as e:  # pickling runs user code: anything
+                    if isinstance(e, KeyboardInterrupt):
+                        raise
+                    if len(skipped) < _MAX_SKIPPED:
+                        skipped.append({"name": name, "type": _type_name(value), "why": _why(e)})
+                    continue
+            pickle.dump(rec, out, protocol=pickle.HIGHEST_PROTOCOL)
+            rec = None
+            names += 1
+            records += 1
+        pickle.dump(("end", records), out, protocol=pickle.HIGHEST_PROTOCOL)
+    return {"names": names, "skipped": skipped}
+
+
+def _rebind(value, ns):
+    """A function (or a cell class's methods) made to see `ns` as its
+    globals: a restored `def f(x): return x + n` sees the session's `n`."""
+    if isinstance(value, types.FunctionType) and value.__globals__ is not ns:
+        if value.__module__ != "__main__":
+            return value
+        f = types.FunctionType(value.__code__, ns, value.__name__, value.__defaults__, value.__closure__)
+        f.__kwdefaults__ = value.__kwdefaults__
+        f.__qualname__ = value.__qualname__
+        f.__doc__ = value.__doc__
+        f.__dict__.update(value.__dict__)
+        f.__annotations__ = value.__annotations__
+        f.__module__ = value.__module__
+        return f
+    if isinstance(value, type) and value.__module__ == "__main__":
+        for attr, member in list(vars(value).items()):
+            if isinstance(member, types.FunctionType):
+                setattr(value, attr, _rebind(member, ns))
+            elif isinstance(member, (staticmethod, classmethod)) and isinstance(
+                member.__func__, types.FunctionType
+            ):
+                setattr(value, attr, type(member)(_rebind(member.__func__, ns)))
+    return value
+
+
+def load(ns, path):
+    """Load the snapshot at `path` into `ns`; returns the reply's summary.
+    A stream from another Python, or one that is not a snapshot, raises
+    (the host then reports the state as lost, with the reason)."""
+    names, skipped = 0, []
+    loads = _cloudpickle.loads if _cloudpickle is not None else pickle.loads
+    with open(path, "rb", buffering=1 << 20) as src:
+        if src.read(len(MAGIC)) != MAGIC:
+            raise ValueError("not a cellhost snapshot (the file is corrupt or truncated)")
+        header = pickle.load(src)
+        want = list(sys.version_info[:2])
+        if header.get("python") != want:
+            raise ValueError(
+                "the snapshot was taken by Python %s, this kernel runs %s"
+                % (".".join(map(str, header.get("python") or [])), ".".join(map(str, want)))
+            )
+        records = 0
+        while True:
+            try:
+                rec = pickle.load(src)
+            except EOFError:
+                raise ValueError("the snapshot is truncated (%d records read)" % records)
+            if rec[0] == "end":
+                if rec[1] != records:
+                    raise ValueError("the snapshot is corrupt (%d of %d records)" % (records, rec[1]))
+                break
+            records += 1
+            kind, name = rec[0], rec[1]
+            try:
+                if kind == "m":
+                    __import__(rec[2])
+                    ns[name] = sys.modules[rec[2]]
+                else:
+                    ns[name] = _rebind(loads(rec[2]), ns)
+                names += 1
+            except BaseException as e:
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                if len(skipped) < _MAX_SKIPPED:
+                    what = "module" if kind == "m" else "unknown"
+                    skipped.append({"name": name, "type": what, "why": _why(e)})
+            rec = None
+    # Functions restored before the globals they name see them now: they
+    # all share `ns`. Classes restored by value keep their identity
+    # (cloudpickle tracks them), so instances stay instances of them.
+    return {"names": names, "skipped": skipped}
