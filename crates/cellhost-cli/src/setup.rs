@@ -140,6 +140,10 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
     let manager = KernelManager::start(
         ManagerOptions::new(&data_dir)
             .lifecycle(&config.lifecycle)
+            .snapshots(match config.lifecycle.snapshots {
+                cellhost::config::SnapshotMode::OnStop => Some(config.snapshots.max_bytes()),
+                cellhost::config::SnapshotMode::Off => None,
+            })
             .preload(config.kernel.preload.clone())
             .warmup(config.kernel.warmup)
             .workspace_quota(config.limits.workspace_quota())

@@ -362,7 +362,12 @@ fn tell_restart(state: &AppState, owner: &str, r: &mut CellResult) {
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .remove(owner);
-    if !was_previous || r.kernel.reused || r.kernel.state_lost || r.kernel.state_reset {
+    if !was_previous
+        || r.kernel.reused
+        || r.kernel.state_lost
+        || r.kernel.state_reset
+        || r.kernel.restored.is_some()
+    {
         return;
     }
     cellhost::kernel::StateChange::DaemonRestarted.tell(&mut r.kernel);

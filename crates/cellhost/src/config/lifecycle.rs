@@ -15,6 +15,21 @@ pub struct LifecycleConfig {
     pub idle_timeout: u64,
     /// Spawned, idle, unowned kernels kept ready for new owners.
     pub warm_pool: usize,
+    /// When a session's state is snapshotted so that it outlives its
+    /// kernel (`"on_stop"`, the default: on eviction, idle reaping and
+    /// shutdown; `"off"`: never). See docs/snapshots.md.
+    pub snapshots: SnapshotMode,
+}
+
+/// `[lifecycle] snapshots`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotMode {
+    /// On eviction, idle reaping and shutdown; restored on the next cell.
+    #[default]
+    OnStop,
+    /// Never: a stopped kernel's state is lost (and said so).
+    Off,
 }
 
 impl Default for LifecycleConfig {
@@ -23,6 +38,7 @@ impl Default for LifecycleConfig {
             max_kernels: 32,
             idle_timeout: 1800,
             warm_pool: 2,
+            snapshots: SnapshotMode::OnStop,
         }
     }
 }

@@ -9,6 +9,7 @@ mod backends;
 mod files;
 mod history;
 mod lifecycle;
+mod snapshots;
 mod limits;
 mod mcp;
 mod mcp_servers;
@@ -26,7 +27,8 @@ use serde::Deserialize;
 pub use backends::{BackendConfig, DockerConfig, KubectlConfig, RemoteCommon, SshConfig};
 pub use files::FilesConfig;
 pub use history::HistoryConfig;
-pub use lifecycle::LifecycleConfig;
+pub use lifecycle::{LifecycleConfig, SnapshotMode};
+pub use snapshots::SnapshotsConfig;
 pub use limits::LimitsConfig;
 pub use mcp::McpConfig;
 pub use mcp_servers::McpServerConfig;
@@ -52,6 +54,8 @@ pub struct Config {
     pub history: HistoryConfig,
     /// `[files]`: upload limits of the workspace file routes.
     pub files: FilesConfig,
+    /// `[snapshots]`: the size cap of a session's snapshot.
+    pub snapshots: SnapshotsConfig,
     /// The backend of requests that name none (default `"local"`).
     pub default_backend: Option<String>,
     /// `[backends.NAME]`: remote kernels over ssh, docker or kubectl.
@@ -129,6 +133,7 @@ impl Config {
 
     fn validate(&self) -> Result<(), String> {
         self.lifecycle.validate()?;
+        self.snapshots.validate()?;
         self.sandbox.validate()?;
         self.limits.validate()?;
         self.server.validate()?;

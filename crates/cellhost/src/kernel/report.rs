@@ -87,6 +87,29 @@ pub enum StateChange {
     Disposed,
     /// The daemon restarted since the session's last cell.
     DaemonRestarted,
+    /// The session's previous kernel went (`why`: evicted, reaped, the
+    /// daemon restarted) and its state was loaded from a snapshot into
+    /// this fresh kernel (docs/snapshots.md). State counts as lost when
+    /// globals were skipped or the snapshot is older than the state.
+    Restored {
+        /// Why the previous kernel went.
+        why: Box<StateChange>,
+        /// Globals restored.
+        names: u64,
+        /// Globals not restored: (name, type).
+        skipped: Vec<(String, String)>,
+        /// Seconds since the snapshot was taken, when it was taken while
+        /// the kernel lived on (so later cells' state is lost).
+        stale_age: Option<u64>,
+    },
+    /// The session's previous kernel went (`why`) and its snapshot could
+    /// not be loaded (`reason`).
+    RestoreFailed {
+        /// Why the previous kernel went.
+        why: Box<StateChange>,
+        /// Why the snapshot could not be loaded.
+        reason: String,
+    },
 }
 
 /// Which of a result's state flags a change sets.
@@ -104,6 +127,9 @@ impl StateChange {
             StateChange::Reset | StateChange::Disposed => Flag::Reset,
             StateChange::Ended { .. } => Flag::Ended,
             StateChange::CouldNotStart { .. } | StateChange::FreshAfter(_) => Flag::None,
+            StateChange::Restored {
+                skipped, stale_age, ..
+            } if skipped.is_empty() && stale_age.is_none() => Flag::None,
             _ => Flag::Lost,
         }
     }
@@ -164,6 +190,16 @@ impl StateChange {
             StateChange::DaemonRestarted => "State lost: the daemon restarted since this session's last cell, and its \
                     kernels with it; this is a fresh kernel, so re-run setup cells."
                 .into(),
+            StateChange::Restored {
+                why,
+                names,
+                skipped,
+                stale_age,
+            } => restored_note(why, *names, skipped, *stale_age),
+            StateChange::RestoreFailed { why, reason } => format!(
+                "{} Its snapshot could not be restored: {reason}.",
+                why.note()
+            ),
         }
     }
 
@@ -201,6 +237,51 @@ impl StateChange {
         }
         add_note(info, self.note(), NoteAt::Start);
     }
+}
+
+/// The sentence of a restore: why the kernel went, what came back, what
+/// did not.
+fn restored_note(
+    why: &StateChange,
+    names: u64,
+    skipped: &[(String, String)],
+    stale_age: Option<u64>,
+) -> String {
+    let went = match why {
+        StateChange::Evicted { max_kernels } => {
+            format!("The kernel was evicted to keep at most {max_kernels} kernels")
+        }
+        StateChange::Reaped { idle } => {
+            format!("The kernel was stopped after {} s idle", idle.as_secs())
+        }
+        StateChange::DaemonRestarted => {
+            "The daemon restarted since this session's last cell".to_owned()
+        }
+        _ => "The previous kernel went".to_owned(),
+    };
+    let plural = if names == 1 { "name" } else { "names" };
+    let mut note = match stale_age {
+        Some(age) => format!(
+            "{went}; its state was restored from a snapshot taken {age} s ago ({names} {plural}), \
+             so what later cells did is lost."
+        ),
+        None => format!("{went}; its state was restored from a snapshot ({names} {plural})."),
+    };
+    if !skipped.is_empty() {
+        const SHOWN: usize = 10;
+        let list: Vec<String> = skipped
+            .iter()
+            .take(SHOWN)
+            .map(|(name, kind)| format!("{name} ({kind})"))
+            .collect();
+        note.push_str(" Not restored: ");
+        note.push_str(&list.join(", "));
+        if skipped.len() > SHOWN {
+            note.push_str(&format!(" and {} more", skipped.len() - SHOWN));
+        }
+        note.push('.');
+    }
+    note
 }
 
 /// Where [`add_note`] puts a sentence.

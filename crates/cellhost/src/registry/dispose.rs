@@ -75,6 +75,7 @@ impl KernelManager {
 
     async fn dispose_where(&self, pick: impl Fn(&str) -> bool) -> usize {
         let mut told: Vec<String> = Vec::new();
+        let mut snapshots: Vec<String> = Vec::new();
         let victims = {
             let mut state = self.shared.state();
             let keys: Vec<KernelKey> = state
@@ -87,8 +88,21 @@ impl KernelManager {
             // Whatever an owner's next call would have been told (its
             // kernel was evicted, say), it is now told the session was
             // reset: that is what its caller asked for.
-            for (_, why) in state.tombstones.iter_mut().filter(|(k, _)| pick(&k.owner)) {
+            for (k, why) in state.tombstones.iter_mut().filter(|(k, _)| pick(&k.owner)) {
                 *why = Tombstone::Disposed;
+                snapshots.push(k.owner.clone());
+            }
+            // A disposed session's state never comes back: not from an
+            // eviction's snapshot, nor from one a previous host left.
+            let left: Vec<String> = state
+                .restart_snapshots
+                .iter()
+                .filter(|name| pick(name))
+                .cloned()
+                .collect();
+            for name in left {
+                state.restart_snapshots.remove(&name);
+                snapshots.push(name);
             }
             let mut victims = Vec::new();
             for k in keys {
@@ -111,6 +125,9 @@ impl KernelManager {
             .disposals
             .fetch_add(n as u64, Ordering::Relaxed);
         housekeeping::kill_all(victims).await;
+        for owner in told.iter().chain(&snapshots) {
+            super::snapshots::remove(&self.shared, owner);
+        }
         self.shared.state().killing -= 1;
         let (change, note) = Tombstone::Disposed.event();
         for owner in told {

@@ -8,6 +8,7 @@ use tokio::sync::mpsc;
 
 use super::key::{validate_owner, KernelSpec};
 use super::slot::{InFlight, Slot, Tombstone};
+use super::snapshots::{self, Loaded};
 use super::{housekeeping, pool, remote, KernelManager, ManagerError};
 use crate::events::{EventBus, KernelChange};
 use crate::kernel::{Cell, CellEvent, Kernel, KernelError};
@@ -68,6 +69,26 @@ impl KernelManager {
                 slot: &slot,
                 tombstone: slot.meta().tombstone.take(),
             };
+            // A fresh kernel loads the snapshot that stands for the
+            // session's state, if one does, before the cell runs.
+            let loaded = if fresh {
+                let restart = {
+                    let mut state = self.shared.state();
+                    let name = super::workspace::dir_name(owner);
+                    state.restart_snapshots.remove(&name)
+                };
+                snapshots::restore(
+                    &self.shared,
+                    &key,
+                    &kernel,
+                    untold.tombstone.as_ref(),
+                    restart,
+                    cell.reset,
+                )
+                .await
+            } else {
+                Loaded::Nothing
+            };
             let bus = if cell.hidden {
                 &self.shared.muted
             } else {
@@ -119,9 +140,23 @@ impl KernelManager {
             };
             let calls = &self.shared.counters.tool_calls;
             calls.fetch_add(result.tool_calls_made, Ordering::Relaxed);
-            let explained = untold.tombstone.is_some();
-            if let Some(t) = untold.tombstone.take() {
-                t.tell(&mut result);
+            let explained = untold.tombstone.is_some() || !matches!(loaded, Loaded::Nothing);
+            match loaded {
+                Loaded::Restored(change, restored) => {
+                    untold.tombstone = None;
+                    change.tell(&mut result.kernel);
+                    result.kernel.restored = Some(restored);
+                    bus.kernel(owner, KernelChange::Restored, &change.note());
+                }
+                Loaded::Failed(change) => {
+                    untold.tombstone = None;
+                    change.tell(&mut result.kernel);
+                }
+                Loaded::Nothing => {
+                    if let Some(t) = untold.tombstone.take() {
+                        t.tell(&mut result);
+                    }
+                }
             }
             let k = &result.kernel;
             if k.ended || (k.state_lost && !explained) {

@@ -12,6 +12,7 @@ use std::time::Instant;
 use super::key::{is_child, KernelKey};
 use super::slot::{Meta, Slot, Tombstone};
 use super::{Shared, State};
+use cellhost_protocol::RestoreFrom;
 use crate::kernel::Kernel;
 
 /// Tombstones kept at most; past it an arbitrary one is forgotten (its
@@ -45,7 +46,7 @@ pub(super) async fn kill_all(kernels: Vec<Kernel>) {
 
 /// One housekeeping pass: reap idle kernels, then evict least recently
 /// used ones until at most `max_kernels` are live.
-pub(super) async fn run(shared: &Shared) {
+pub(super) async fn run(shared: &Arc<Shared>) {
     let now = Instant::now();
     let opts = &shared.opts;
     let mut told = Vec::new();
@@ -69,7 +70,7 @@ pub(super) async fn run(shared: &Shared) {
                 .collect();
             for k in keys {
                 if let Some(kernel) = state.slots.remove(&k).and_then(|s| mark_removed(&s)) {
-                    reaped.push(kernel);
+                    reaped.push((k.clone(), RestoreFrom::Reaped, kernel));
                     told.push((k.owner.clone(), Tombstone::Reaped { idle }));
                 }
                 remember(&mut state, k, Tombstone::Reaped { idle });
@@ -92,7 +93,7 @@ pub(super) async fn run(shared: &Shared) {
             for (_, k) in candidates.into_iter().take(live - opts.max_kernels) {
                 let max_kernels = opts.max_kernels;
                 if let Some(kernel) = state.slots.remove(&k).and_then(|s| mark_removed(&s)) {
-                    evicted.push(kernel);
+                    evicted.push((k.clone(), RestoreFrom::Evicted, kernel));
                     told.push((k.owner.clone(), Tombstone::Evicted { max_kernels }));
                 }
                 remember(&mut state, k, Tombstone::Evicted { max_kernels });
@@ -112,7 +113,8 @@ pub(super) async fn run(shared: &Shared) {
         .fetch_add(evicted.len() as u64, Ordering::Relaxed);
     let mut all = reaped;
     all.extend(evicted);
-    kill_all(all).await;
+    // Each one's state is snapshotted first, where snapshots are on.
+    super::snapshots::stop_all(shared, all).await;
     shared.state().killing -= 1;
     for (owner, why) in told {
         let (change, note) = why.event();

@@ -27,6 +27,7 @@ mod pool;
 mod recovery;
 mod remote;
 mod slot;
+mod snapshots;
 mod start;
 mod stats;
 mod uids;
@@ -69,6 +70,9 @@ pub enum ManagerError {
     /// The kernel spec names a tool the manager does not have.
     #[error(transparent)]
     Tools(#[from] ToolSetError),
+    /// A snapshot asked for could not be taken.
+    #[error(transparent)]
+    Snapshot(#[from] crate::kernel::SnapshotError),
 }
 
 #[derive(Default)]
@@ -82,6 +86,9 @@ struct State {
     /// Kills under way outside the lock (housekeeping, disposals), so
     /// `shutdown` can wait for them.
     killing: usize,
+    /// Owners whose snapshots a previous host left, until their first
+    /// kernel here (`snapshots.rs`).
+    restart_snapshots: std::collections::HashSet<String>,
     closed: bool,
 }
 
@@ -179,6 +186,7 @@ impl KernelManager {
             .await
             .unwrap_or_default()
         };
+        let snapshot_dir = opts.snapshot_dir();
         let shared = Arc::new(Shared {
             fs_warning,
             backends: remote::backends(&opts),
@@ -186,7 +194,10 @@ impl KernelManager {
             events: EventBus::new(opts.event_buffer).redacting(opts.kernel.env.secrets.clone()),
             muted: EventBus::muted(),
             opts,
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                restart_snapshots: snapshots::left_by_predecessor(&snapshot_dir),
+                ..State::default()
+            }),
             counters: Counters::default(),
             recovery,
             starts: dispose::Starts::default(),
@@ -243,15 +254,23 @@ impl KernelManager {
             state.closed = true;
             state.slots.drain().map(|(_, slot)| slot).collect()
         };
-        let mut all: Vec<Kernel> = drained
+        let owned: Vec<_> = drained
             .iter()
-            .filter_map(|slot| housekeeping::mark_removed(slot))
+            .filter_map(|slot| {
+                let k = housekeeping::mark_removed(slot)?;
+                Some((slot.key.clone(), cellhost_protocol::RestoreFrom::Restart, k))
+            })
             .collect();
         let pooled = self.shared.pool.close();
         let root = self.shared.opts.workspace_root();
         let pool_dirs: Vec<_> = pooled.iter().filter_map(|(_, ws)| ws.clone()).collect();
-        all.extend(pooled.into_iter().map(|(k, _)| k));
-        housekeeping::kill_all(all).await;
+        let unowned: Vec<Kernel> = pooled.into_iter().map(|(k, _)| k).collect();
+        // Idle owned kernels leave a snapshot for the next host (where
+        // snapshots are on); the pool's are just killed.
+        tokio::join!(
+            snapshots::stop_all(&self.shared, owned),
+            housekeeping::kill_all(unowned)
+        );
         // A caller still starting a kernel holds its entry's turn until it
         // has killed what it started; kills begun by housekeeping or a
         // disposal just before are waited for too.

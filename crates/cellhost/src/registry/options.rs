@@ -56,6 +56,12 @@ pub struct ManagerOptions {
     /// Events queued per session watcher before it is dropped as too slow
     /// (see [`crate::events`]). Default 256.
     pub event_buffer: usize,
+    /// Snapshot a local kernel's state when it is evicted, reaped or shut
+    /// down, and restore it on the session's next cell, with at most this
+    /// many bytes of snapshot stream (`None`, the library's default:
+    /// off; the daemon's `[lifecycle] snapshots` default is on). See
+    /// docs/snapshots.md.
+    pub snapshots: Option<u64>,
 }
 
 impl ManagerOptions {
@@ -79,7 +85,20 @@ impl ManagerOptions {
             workspace_quota: crate::config::LimitsConfig::default().workspace_quota(),
             workspace_fs: true,
             event_buffer: crate::events::DEFAULT_WATCHER_BUFFER,
+            snapshots: None,
         }
+    }
+
+    /// Snapshots on stop with at most `max_bytes` of stream, or off
+    /// (`None`); see [`ManagerOptions::snapshots`].
+    pub fn snapshots(mut self, max_bytes: Option<u64>) -> Self {
+        self.snapshots = max_bytes;
+        self
+    }
+
+    /// Where snapshots are kept (`<data_dir>/snapshots`).
+    pub fn snapshot_dir(&self) -> PathBuf {
+        self.data_dir.join("snapshots")
     }
 
     /// The workspace quota in bytes (`None`: unlimited).

@@ -1,0 +1,299 @@
+//! Sessions that outlive their kernels (docs/snapshots.md): a local
+//! kernel's state is snapshotted when housekeeping or shutdown stops it,
+//! and on request; the session's next fresh kernel loads it before its
+//! first cell, and that cell says what came back.
+//!
+//! Files: `<data_dir>/snapshots/<key>.zst` (the stream, zstd) and
+//! `<key>.json` (why and when it was taken, what it kept), each written
+//! beside itself and renamed into place. A snapshot is consumed when a
+//! kernel loads it (or fails to), and removed when the session is
+//! disposed, reset, or gets a fresh kernel for any reason a snapshot does
+//! not stand for (a kernel that died in a cell: its state is told lost).
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use cellhost_protocol::{RestoreFrom, Restored, Skipped, SnapshotReport};
+use serde::{Deserialize, Serialize};
+
+use super::key::{KernelKey, KernelSpec};
+use super::slot::Tombstone;
+use super::workspace::dir_name;
+use super::Shared;
+use crate::kernel::{Kernel, SnapshotError, StateChange};
+
+/// What the `.json` beside a snapshot says.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Meta {
+    /// Why it was taken.
+    from: RestoreFrom,
+    /// Unix seconds.
+    taken: u64,
+    /// Taken as the kernel stopped (so it is the state as it ended), not
+    /// while it lived on.
+    whole: bool,
+    names: u64,
+    #[serde(default)]
+    skipped: Vec<Skipped>,
+}
+
+/// Whether `key`'s kernels take snapshots: local ones of the default
+/// spec, with snapshots on.
+pub(super) fn applies(shared: &Shared, key: &KernelKey) -> Option<u64> {
+    let max = shared.opts.snapshots?;
+    (key.backend == "local" && key.spec == KernelSpec::default()).then_some(max)
+}
+
+fn paths(shared: &Shared, owner: &str) -> (PathBuf, PathBuf) {
+    let dir = shared.opts.snapshot_dir();
+    let name = dir_name(owner);
+    (
+        dir.join(format!("{name}.zst")),
+        dir.join(format!("{name}.json")),
+    )
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Remove `owner`'s snapshot, if it has one.
+pub(super) fn remove(shared: &Shared, owner: &str) {
+    let (zst, json) = paths(shared, owner);
+    let _ = std::fs::remove_file(json);
+    let _ = std::fs::remove_file(zst);
+}
+
+/// The owners whose snapshots a previous host left (their next fresh
+/// kernel loads them, told as a restart).
+pub(super) fn left_by_predecessor(dir: &Path) -> HashSet<String> {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return HashSet::new();
+    };
+    rd.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".json").map(str::to_owned)
+        })
+        .filter(|n| !n.starts_with('.'))
+        .collect()
+}
+
+/// Snapshot `kernel` (owner `owner`) now; `whole`: it is stopping.
+pub(super) async fn keep(
+    shared: &Shared,
+    owner: &str,
+    kernel: &Kernel,
+    max: u64,
+    from: RestoreFrom,
+    whole: bool,
+) -> Result<SnapshotReport, SnapshotError> {
+    let (zst, json) = paths(shared, owner);
+    let started = Instant::now();
+    let taken = match kernel.snapshot_to(&zst, max).await {
+        Ok(t) => t,
+        Err(e) => {
+            // No snapshot stands for this state: an older one must not.
+            remove(shared, owner);
+            return Err(e);
+        }
+    };
+    let meta = Meta {
+        from,
+        taken: now(),
+        whole,
+        names: taken.names,
+        skipped: taken.skipped.clone(),
+    };
+    let tmp = json.with_extension("json.tmp");
+    let text = serde_json::to_vec(&meta).unwrap_or_default();
+    let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &json));
+    if let Err(err) = written {
+        remove(shared, owner);
+        return Err(SnapshotError::Io {
+            about: "write the snapshot's description",
+            err,
+        });
+    }
+    Ok(SnapshotReport {
+        names: taken.names,
+        skipped: taken.skipped,
+        bytes: taken.bytes,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Snapshot each stopping kernel that takes snapshots, then kill them
+/// all, concurrently; a session's next kernel waits for its snapshot.
+pub(super) async fn stop_all(
+    shared: &std::sync::Arc<Shared>,
+    victims: Vec<(KernelKey, RestoreFrom, Kernel)>,
+) {
+    let mut set = tokio::task::JoinSet::new();
+    let mut plain = Vec::new();
+    for (key, from, kernel) in victims {
+        match applies(shared, &key) {
+            Some(max) if !kernel.is_busy() && kernel.pid().is_some() => {
+                set.spawn(snapshot_then_stop(
+                    std::sync::Arc::downgrade(shared),
+                    key,
+                    from,
+                    kernel,
+                    max,
+                ));
+            }
+            _ => plain.push(kernel),
+        }
+    }
+    super::housekeeping::kill_all(plain).await;
+    while set.join_next().await.is_some() {}
+}
+
+async fn snapshot_then_stop(
+    shared: std::sync::Weak<Shared>,
+    key: KernelKey,
+    from: RestoreFrom,
+    kernel: Kernel,
+    max: u64,
+) {
+    if let Some(shared) = shared.upgrade() {
+        let _start = shared.starts.of(&key.owner).write().await;
+        if let Err(e) = keep(&shared, &key.owner, &kernel, max, from, true).await {
+            eprintln!(
+                "cellhost: session {}: no snapshot kept as its kernel stopped: {}",
+                key.owner,
+                crate::error_chain(&e)
+            );
+        }
+    }
+    kernel.shutdown().await;
+}
+
+/// What to tell (and what happened) when a fresh kernel came up.
+pub(super) enum Loaded {
+    /// Nothing to restore.
+    Nothing,
+    /// The snapshot was loaded: the first cell is told this instead of
+    /// the tombstone.
+    Restored(StateChange, Restored),
+    /// It could not be: the first cell is told this instead.
+    Failed(StateChange),
+}
+
+/// A fresh kernel for `key` came up (`tombstone`: why the last one went;
+/// `restart`: the session's first since the host started): load its
+/// snapshot when one stands for the state the session had.
+pub(super) async fn restore(
+    shared: &Shared,
+    key: &KernelKey,
+    kernel: &Kernel,
+    tombstone: Option<&Tombstone>,
+    restart: bool,
+    reset: bool,
+) -> Loaded {
+    let Some(max) = applies(shared, key) else {
+        return Loaded::Nothing;
+    };
+    let owner = &key.owner;
+    let (zst, json) = paths(shared, owner);
+    let why = match tombstone {
+        _ if reset => None,
+        Some(Tombstone::Evicted { max_kernels }) => Some(StateChange::Evicted {
+            max_kernels: *max_kernels,
+        }),
+        Some(Tombstone::Reaped { idle }) => Some(StateChange::Reaped { idle: *idle }),
+        Some(Tombstone::Disposed) => None,
+        None if restart => Some(StateChange::DaemonRestarted),
+        None => None,
+    };
+    let Some(why) = why else {
+        // A fresh kernel the snapshot does not stand for (reset, disposed,
+        // died in a cell): it must never come back later.
+        remove(shared, owner);
+        return Loaded::Nothing;
+    };
+    let meta: Option<Meta> = std::fs::read(&json)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let Some(meta) = meta else {
+        remove(shared, owner);
+        return Loaded::Nothing;
+    };
+    let age = now().saturating_sub(meta.taken);
+    let loaded = kernel.restore_from(&zst, max).await;
+    remove(shared, owner); // consumed, loaded or not
+    let why = Box::new(why);
+    match loaded {
+        Ok(summary) => {
+            let mut skipped = meta.skipped.clone();
+            skipped.extend(summary.skipped);
+            let change = StateChange::Restored {
+                why,
+                names: summary.names,
+                skipped: skipped
+                    .iter()
+                    .map(|s| (s.name.clone(), s.kind.clone()))
+                    .collect(),
+                stale_age: (!meta.whole).then_some(age),
+            };
+            let from = if meta.whole && restart && meta.from == RestoreFrom::Restart {
+                RestoreFrom::Restart
+            } else {
+                meta.from
+            };
+            let restored = Restored {
+                names: summary.names,
+                skipped,
+                from,
+                age_seconds: age,
+            };
+            Loaded::Restored(change, restored)
+        }
+        Err(e) => Loaded::Failed(StateChange::RestoreFailed {
+            why,
+            reason: crate::error_chain(&e),
+        }),
+    }
+}
+
+impl super::KernelManager {
+    /// Snapshot `owner`'s live (local, default-spec) kernel now, between
+    /// its cells: the snapshot stays until the kernel is stopped (then a
+    /// newer one replaces it) or the session is disposed, and a host that
+    /// starts after this one was killed restores it, saying how old it is.
+    ///
+    /// # Errors
+    /// No live kernel, snapshots off or not supported for its kernel, the
+    /// cap, or the runner's reason.
+    pub async fn snapshot(&self, owner: &str) -> Result<SnapshotReport, super::ManagerError> {
+        super::key::validate_owner(owner)?;
+        let key = super::remote::key_for(
+            &self.shared.opts,
+            &self.shared.backends,
+            owner,
+            &KernelSpec::default(),
+        );
+        let Some(max) = self.shared.opts.snapshots else {
+            return Err(SnapshotError::Off.into());
+        };
+        if applies(&self.shared, &key).is_none() {
+            return Err(SnapshotError::Unsupported {
+                backend: key.backend.clone(),
+            }
+            .into());
+        }
+        let slot = self.shared.state().slots.get(&key).cloned();
+        let Some(slot) = slot else {
+            return Err(SnapshotError::NoKernel.into());
+        };
+        let _turn = slot.turn.lock().await;
+        let kernel = slot.meta().kernel().cloned();
+        let Some(kernel) = kernel.filter(|k| k.pid().is_some()) else {
+            return Err(SnapshotError::NoKernel.into());
+        };
+        Ok(keep(&self.shared, owner, &kernel, max, RestoreFrom::Snapshot, false).await?)
+    }
+}
