@@ -71,7 +71,7 @@ pub mod tools;
 
 pub use cellhost_protocol::{
     CellResult, DisplayItem, ExecuteRequest, KernelInfo, KernelState, KernelSummary, OutputStream,
-    Status, Truncated,
+    RestoreFrom, Restored, Skipped, SnapshotReport, Status, Truncated,
 };
 pub use error_chain::error_chain;
 pub use interpreter::{Interpreter, InterpreterError};

@@ -140,3 +140,195 @@ async fn a_strict_kernel_snapshots_and_restores_through_its_staging_dir() {
         .unwrap();
     assert_eq!(r.value.as_deref(), Some("8"));
 }
+
+// --- Through the manager: eviction, reaping, shutdown, requests ---
+
+use cellhost::registry::{KernelManager, ManagerOptions};
+use cellhost::RestoreFrom;
+use common::registry::manager_options;
+
+fn snap_options(dir: &tempfile::TempDir) -> ManagerOptions {
+    let o = manager_options(dir).snapshots(Some(MAX));
+    let kernel = o.kernel.clone().python(venv_python());
+    o.kernel(kernel)
+}
+
+fn snapshot_files(m: &KernelManager) -> usize {
+    std::fs::read_dir(m.options().snapshot_dir()).map_or(0, |rd| rd.count())
+}
+
+async fn run(m: &KernelManager, owner: &str, code: &str) -> cellhost::CellResult {
+    m.execute(owner, cellhost::Cell::new(code)).await.unwrap()
+}
+
+#[tokio::test]
+async fn an_evicted_session_comes_back_with_its_state_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(snap_options(&dir).max_kernels(1)).await;
+    run(
+        &m,
+        "a",
+        "import numpy as np, socket\nn = 5\narr = np.ones(3)\ndef f(x): return x + n\n\
+         class P:\n    def __init__(self): self.v = 2\np = P()\nsock = socket.socket()\ngen = (i for i in [1])",
+    )
+    .await;
+    let b = run(&m, "b", "1").await; // evicts a, snapshotting it
+    assert!(b.is_success());
+    assert_eq!(m.stats().evictions, 1);
+    let back = run(
+        &m,
+        "a",
+        "n = 10\n(f(1), float(arr.sum()), p.v, isinstance(p, P))",
+    )
+    .await;
+    assert_eq!(
+        back.value.as_deref(),
+        Some("(11, 3.0, 2, True)"),
+        "{back:?}"
+    );
+    let k = &back.kernel;
+    let restored = k.restored.as_ref().expect("restored");
+    assert_eq!(restored.from, RestoreFrom::Evicted);
+    let skipped: Vec<&str> = restored.skipped.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(skipped, ["sock", "gen"]);
+    assert!(
+        k.state_lost,
+        "something was skipped, so the state is not whole"
+    );
+    let note = k.note.as_deref().unwrap();
+    assert!(
+        note.contains("evicted to keep at most 1 kernels")
+            && note.contains("restored from a snapshot")
+            && note.contains("Not restored: sock (socket.socket), gen (generator)"),
+        "{note}"
+    );
+    // Told once; the snapshot was consumed.
+    let next = run(&m, "a", "n").await;
+    assert!(next.kernel.restored.is_none() && next.kernel.note.is_none());
+    assert_eq!(snapshot_files(&m), 2, "only b's (evicted by a) is left");
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_whole_restore_does_not_claim_a_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(snap_options(&dir).max_kernels(1)).await;
+    run(&m, "a", "rows = [1, 2, 3]").await;
+    run(&m, "b", "1").await;
+    let back = run(&m, "a", "sum(rows)").await;
+    assert_eq!(back.value.as_deref(), Some("6"));
+    assert!(!back.kernel.state_lost && !back.kernel.reused, "{back:?}");
+    assert_eq!(back.kernel.restored.as_ref().unwrap().names, 1);
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_manager_shutdown_and_a_new_manager_restore_the_sessions() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(snap_options(&dir)).await;
+    run(&m, "s1", "x = 'kept'").await;
+    run(&m, "s2", "y = 2").await;
+    m.shutdown().await;
+    let m = KernelManager::start(snap_options(&dir)).await;
+    let r = run(&m, "s1", "x").await;
+    assert_eq!(r.value.as_deref(), Some("'kept'"));
+    let restored = r
+        .kernel
+        .restored
+        .as_ref()
+        .expect("restored after a restart");
+    assert_eq!(restored.from, RestoreFrom::Restart);
+    assert!(!r.kernel.state_lost);
+    assert!(r
+        .kernel
+        .note
+        .as_deref()
+        .unwrap()
+        .contains("daemon restarted"));
+    // A session disposed before its first cell does not come back.
+    m.dispose_owner("s2").await;
+    let r = run(&m, "s2", "'y' in globals()").await;
+    assert_eq!(r.value.as_deref(), Some("False"));
+    assert!(r.kernel.restored.is_none());
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_snapshot_on_request_after_a_kill_restores_and_says_how_old_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(snap_options(&dir)).await;
+    run(&m, "s", "x = 1").await;
+    let report = m.snapshot("s").await.expect("snapshot");
+    assert_eq!(report.names, 1);
+    assert!(report.bytes > 0);
+    run(&m, "s", "x = 2").await; // after the snapshot: lost below
+                                 // The host dies without its shutdown (the kernel with it).
+    let pid = run(&m, "s", "import os\nos.getpid()")
+        .await
+        .kernel
+        .pid
+        .unwrap();
+    drop(m);
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let m = KernelManager::start(snap_options(&dir)).await;
+    let r = run(&m, "s", "x").await;
+    assert_eq!(r.value.as_deref(), Some("1"));
+    let restored = r.kernel.restored.as_ref().expect("restored");
+    assert_eq!(restored.from, RestoreFrom::Snapshot);
+    assert!(r.kernel.state_lost, "later cells' state is lost: {r:?}");
+    assert!(r.kernel.note.as_deref().unwrap().contains("s ago"), "{r:?}");
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_corrupt_snapshot_gives_a_fresh_kernel_and_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(snap_options(&dir).max_kernels(1)).await;
+    run(&m, "a", "x = list(range(1000))").await;
+    run(&m, "b", "1").await;
+    let snap = std::fs::read_dir(m.options().snapshot_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|x| x == "zst"))
+        .unwrap();
+    let bytes = std::fs::read(&snap).unwrap();
+    std::fs::write(&snap, &bytes[..bytes.len() / 3]).unwrap();
+    let r = run(&m, "a", "'x' in globals()").await;
+    assert_eq!(r.value.as_deref(), Some("False"));
+    assert!(r.kernel.state_lost && r.kernel.restored.is_none());
+    let note = r.kernel.note.as_deref().unwrap();
+    assert!(
+        note.contains("evicted") && note.contains("could not be restored"),
+        "{note}"
+    );
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_reset_or_a_death_in_a_cell_never_brings_an_old_snapshot_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(snap_options(&dir)).await;
+    run(&m, "s", "x = 1").await;
+    m.snapshot("s").await.unwrap();
+    let died = run(&m, "s", "import os\nos._exit(1)").await;
+    assert!(died.kernel.state_lost);
+    let r = run(&m, "s", "'x' in globals()").await;
+    assert_eq!(r.value.as_deref(), Some("False"));
+    assert!(r.kernel.restored.is_none());
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn snapshots_off_keep_the_old_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(snap_options(&dir).snapshots(None).max_kernels(1)).await;
+    run(&m, "a", "x = 1").await;
+    run(&m, "b", "1").await;
+    let r = run(&m, "a", "'x' in globals()").await;
+    assert_eq!(r.value.as_deref(), Some("False"));
+    assert!(r.kernel.state_lost && r.kernel.restored.is_none());
+    let err = m.snapshot("a").await.unwrap_err();
+    assert!(err.to_string().contains("snapshots are off"), "{err}");
+    m.shutdown().await;
+}

@@ -9,13 +9,13 @@ mod backends;
 mod files;
 mod history;
 mod lifecycle;
-mod snapshots;
 mod limits;
 mod mcp;
 mod mcp_servers;
 mod packages;
 mod sandbox;
 mod server;
+mod snapshots;
 mod tenants;
 mod tools;
 
@@ -28,13 +28,13 @@ pub use backends::{BackendConfig, DockerConfig, KubectlConfig, RemoteCommon, Ssh
 pub use files::FilesConfig;
 pub use history::HistoryConfig;
 pub use lifecycle::{LifecycleConfig, SnapshotMode};
-pub use snapshots::SnapshotsConfig;
 pub use limits::LimitsConfig;
 pub use mcp::McpConfig;
 pub use mcp_servers::McpServerConfig;
 pub use packages::{KernelConfig, PackagesConfig, PipInstaller};
 pub use sandbox::{Network, Profile, SandboxConfig};
 pub use server::{ServerConfig, DEFAULT_LISTEN};
+pub use snapshots::SnapshotsConfig;
 pub use tenants::TenantConfig;
 pub use tools::ToolConfig;
 

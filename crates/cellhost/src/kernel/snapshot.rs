@@ -56,7 +56,9 @@ pub struct Summary {
 #[non_exhaustive]
 pub enum SnapshotError {
     /// Snapshots are off (`[lifecycle] snapshots = "off"`).
-    #[error("snapshots are off on this host; turn them on with [lifecycle] snapshots = \"on_stop\"")]
+    #[error(
+        "snapshots are off on this host; turn them on with [lifecycle] snapshots = \"on_stop\""
+    )]
     Off,
     /// The session has no live kernel to snapshot.
     #[error("the session has no live kernel: there is no state to snapshot")]

@@ -72,11 +72,7 @@ impl KernelManager {
             // A fresh kernel loads the snapshot that stands for the
             // session's state, if one does, before the cell runs.
             let loaded = if fresh {
-                let restart = {
-                    let mut state = self.shared.state();
-                    let name = super::workspace::dir_name(owner);
-                    state.restart_snapshots.remove(&name)
-                };
+                let restart = { self.shared.state().restart_snapshots.remove(owner) };
                 snapshots::restore(
                     &self.shared,
                     &key,

@@ -12,8 +12,8 @@ use std::time::Instant;
 use super::key::{is_child, KernelKey};
 use super::slot::{Meta, Slot, Tombstone};
 use super::{Shared, State};
-use cellhost_protocol::RestoreFrom;
 use crate::kernel::Kernel;
+use cellhost_protocol::RestoreFrom;
 
 /// Tombstones kept at most; past it an arbitrary one is forgotten (its
 /// owner then gets a fresh kernel without the explanation).

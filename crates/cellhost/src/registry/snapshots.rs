@@ -26,6 +26,8 @@ use crate::kernel::{Kernel, SnapshotError, StateChange};
 /// What the `.json` beside a snapshot says.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Meta {
+    /// The session it is of.
+    owner: String,
     /// Why it was taken.
     from: RestoreFrom,
     /// Unix seconds.
@@ -68,17 +70,19 @@ pub(super) fn remove(shared: &Shared, owner: &str) {
 }
 
 /// The owners whose snapshots a previous host left (their next fresh
-/// kernel loads them, told as a restart).
+/// kernel loads them, told as a restart), as their descriptions name
+/// them.
 pub(super) fn left_by_predecessor(dir: &Path) -> HashSet<String> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return HashSet::new();
     };
     rd.flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
         .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            name.strip_suffix(".json").map(str::to_owned)
+            let bytes = std::fs::read(e.path()).ok()?;
+            let meta: Meta = serde_json::from_slice(&bytes).ok()?;
+            Some(meta.owner)
         })
-        .filter(|n| !n.starts_with('.'))
         .collect()
 }
 
@@ -102,6 +106,7 @@ pub(super) async fn keep(
         }
     };
     let meta = Meta {
+        owner: owner.to_owned(),
         from,
         taken: now(),
         whole,
@@ -294,6 +299,14 @@ impl super::KernelManager {
         let Some(kernel) = kernel.filter(|k| k.pid().is_some()) else {
             return Err(SnapshotError::NoKernel.into());
         };
-        Ok(keep(&self.shared, owner, &kernel, max, RestoreFrom::Snapshot, false).await?)
+        Ok(keep(
+            &self.shared,
+            owner,
+            &kernel,
+            max,
+            RestoreFrom::Snapshot,
+            false,
+        )
+        .await?)
     }
 }
