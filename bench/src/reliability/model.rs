@@ -120,6 +120,10 @@ impl Session {
         if reset && !was_reset {
             lies.push("a reset was asked for and the answer does not say state_reset".into());
         }
+        let restored = k["restored"].is_object();
+        if restored && status == "success" && n == Some(1) && !lost {
+            lies.push("restored from a snapshot, yet the counter restarted".into());
+        }
         if let Some(n) = n {
             let fresh = n == 1;
             let continued = self.possible.iter().any(|&p| p > 0 && p + 1 == n);
@@ -304,6 +308,27 @@ mod tests {
                 &result("success", Some(3), false, false)
             )
             .is_empty());
+    }
+
+    #[test]
+    fn a_restore_continues_the_counter_or_says_the_state_was_lost() {
+        let mut s = Session::default();
+        s.answer(
+            Kind::Ok,
+            false,
+            Hits::default(),
+            &result("success", Some(1), false, false),
+        );
+        let mut back = result("success", Some(2), false, false);
+        back["kernel"]["restored"] = json!({"names": 1, "from": "evicted"});
+        assert!(s
+            .clone()
+            .answer(Kind::Ok, false, Hits::default(), &back)
+            .is_empty());
+        let mut lied = result("success", Some(1), false, false);
+        lied["kernel"]["restored"] = json!({"names": 1, "from": "evicted"});
+        let lies = s.answer(Kind::Ok, false, Hits::default(), &lied);
+        assert_eq!(lies.len(), 2, "{lies:?}");
     }
 
     #[test]

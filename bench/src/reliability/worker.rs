@@ -125,6 +125,9 @@ pub fn worker(shared: Arc<Shared>, addr: SocketAddr, session: String, seed: u64)
                 if reset {
                     shared.count("resets", 1);
                 }
+                if v["kernel"]["restored"].is_object() {
+                    shared.count("restored from a snapshot", 1);
+                }
                 for l in lies {
                     shared.lies.lock().unwrap().push(format!(
                         "{id} ({}): {l}; answer {}",

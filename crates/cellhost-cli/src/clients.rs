@@ -326,6 +326,30 @@ pub(crate) async fn interrupt(client: ClientArgs, session: String) -> u8 {
     )
 }
 
+pub(crate) async fn snapshot(client: ClientArgs, session: String, json: bool) -> u8 {
+    report(
+        async {
+            let server = connect(&client)?;
+            let path = format!("/v1/sessions/{}/snapshot", segment(&session));
+            let v: cellhost_protocol::SnapshotReport =
+                server.json(Method::POST, &path, None).await?;
+            if json {
+                println!("{}", serde_json::to_string(&v).unwrap_or_default());
+                return Ok(0);
+            }
+            println!(
+                "session {session}: snapshot of {} name(s), {} bytes, in {:.3} s",
+                v.names, v.bytes, v.seconds
+            );
+            for s in &v.skipped {
+                println!("  not kept: {} ({}): {}", s.name, s.kind, s.why);
+            }
+            Ok(0)
+        }
+        .await,
+    )
+}
+
 pub(crate) async fn history(args: HistoryArgs) -> u8 {
     report(
         async {

@@ -67,6 +67,19 @@ enum Command {
         client: ClientArgs,
         session: String,
     },
+    /// Snapshot a session's live kernel now (docs/snapshots.md): what was
+    /// kept, what could not be and why. A daemon that starts after this
+    /// one was killed restores it, saying how old it is.
+    Snapshot {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// The session.
+        #[arg(short, long)]
+        session: String,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a session's recorded cells, oldest first.
     History(HistoryArgs),
     /// Copy a file into or out of a session's workspace:
@@ -289,6 +302,11 @@ fn main() -> ExitCode {
             Command::Sessions { client, json } => clients::sessions(client, json).await,
             Command::Reset { client, session } => clients::reset(client, session).await,
             Command::Interrupt { client, session } => clients::interrupt(client, session).await,
+            Command::Snapshot {
+                client,
+                session,
+                json,
+            } => clients::snapshot(client, session, json).await,
             Command::History(args) => clients::history(args).await,
             Command::Cp { client, src, dst } => files::cp(client, src, dst).await,
             Command::Ls {

@@ -88,6 +88,33 @@ pub(crate) async fn interrupt(
     Ok(Json(Count { count }))
 }
 
+/// Snapshot the session's live kernel now, between its cells (see
+/// docs/snapshots.md): a daemon that starts after this one was killed
+/// restores it, saying how old it is; eviction, reaping and shutdown take
+/// their own.
+#[utoipa::path(
+    post, path = "/v1/sessions/{session}/snapshot",
+    params(("session" = String, Path, description = "Session id")),
+    responses(
+        (status = 200, description = "What the snapshot kept and skipped", body = cellhost_protocol::SnapshotReport),
+        (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
+        (status = 409, description = "No live kernel, or snapshots are off", body = crate::error::ErrorBody),
+        (status = 413, description = "The state is over [snapshots] max_mib", body = crate::error::ErrorBody),
+    )
+)]
+pub(crate) async fn snapshot_session(
+    State(state): State<AppState>,
+    scope: Scope,
+    session: Result<Path<String>, PathRejection>,
+) -> Result<Json<cellhost_protocol::SnapshotReport>, ApiError> {
+    let Path(session) = session.map_err(path_error)?;
+    let key = scope.key(&session);
+    if !has_kernels(&state, &key) {
+        return Err(ApiError::unknown_session(&session));
+    }
+    Ok(Json(state.manager.snapshot(&key).await?))
+}
+
 /// Dispose of the session: kill its kernels and its children's (a reset:
 /// the next cell starts fresh and says so). History is kept.
 #[utoipa::path(

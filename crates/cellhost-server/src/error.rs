@@ -124,6 +124,7 @@ impl From<cellhost::registry::ManagerError> for ApiError {
                     cellhost::error_chain(&e)
                 ),
             ),
+            ManagerError::Snapshot(e) => snapshot_error(&e),
             // A failure the library added later: a 500 that still names it.
             other => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -132,4 +133,20 @@ impl From<cellhost::registry::ManagerError> for ApiError {
             ),
         }
     }
+}
+
+/// A snapshot asked for and not taken: what the caller can do about it.
+fn snapshot_error(e: &cellhost::SnapshotError) -> ApiError {
+    use cellhost::SnapshotError;
+    let (status, code) = match e {
+        SnapshotError::NoKernel => (StatusCode::CONFLICT, "no_kernel"),
+        SnapshotError::Off => (StatusCode::CONFLICT, "snapshots_off"),
+        SnapshotError::Unsupported { .. } => (StatusCode::NOT_IMPLEMENTED, "snapshot_unsupported"),
+        SnapshotError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "snapshot_too_large"),
+        SnapshotError::Runner(_) | SnapshotError::KernelGone(_) => {
+            (StatusCode::UNPROCESSABLE_ENTITY, "snapshot_failed")
+        }
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, "snapshot_failed"),
+    };
+    ApiError::new(status, code, cellhost::error_chain(e))
 }

@@ -177,6 +177,10 @@ pub fn router(state: AppState) -> Router {
         .merge(file_routes())
         .route("/v1/sessions/{session}/execute", post(api::execute))
         .route("/v1/sessions/{session}/interrupt", post(api::interrupt))
+        .route(
+            "/v1/sessions/{session}/snapshot",
+            post(api::snapshot_session),
+        )
         .route("/v1/sessions/{session}", delete(api::dispose_session))
         .route(
             "/v1/sessions/{session}/children/{child}",

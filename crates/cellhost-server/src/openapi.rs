@@ -10,6 +10,7 @@ use utoipa::OpenApi;
     paths(
         crate::api::execute,
         crate::api::interrupt,
+        crate::api::snapshot_session,
         crate::api::dispose_session,
         crate::api::dispose_child,
         crate::api::session_history,
@@ -25,6 +26,10 @@ use utoipa::OpenApi;
         crate::error::ErrorBody,
         crate::error::ErrorDetail,
         cellhost_protocol::CellResult,
+        cellhost_protocol::SnapshotReport,
+        cellhost_protocol::Skipped,
+        cellhost_protocol::Restored,
+        cellhost_protocol::RestoreFrom,
         cellhost_protocol::KernelSummary,
         cellhost_protocol::Environment,
     )),

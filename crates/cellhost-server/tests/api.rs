@@ -645,3 +645,50 @@ async fn sse_ends_with_an_error_when_the_kernel_cannot_start() {
     assert_eq!(error_code(v), "kernel_unavailable");
     s.shutdown().await;
 }
+
+#[tokio::test]
+async fn the_snapshot_route_reports_what_it_kept_and_refuses_with_reasons() {
+    let s = server().await; // snapshots off (the library's default)
+    s.exec("a", "x = 1").await;
+    let (st, v) = s.post("/v1/sessions/a/snapshot", "").await;
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::CONFLICT, "snapshots_off"),
+        "{v}"
+    );
+    let (st, v) = s.post("/v1/sessions/nobody/snapshot", "").await;
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::NOT_FOUND, "unknown_session")
+    );
+    s.shutdown().await;
+
+    let dir = tempfile::tempdir().unwrap();
+    let s = server_managed(dir, ServerOptions::default(), |o| {
+        o.snapshots(Some(1 << 20)).max_kernels(1)
+    })
+    .await;
+    s.exec("a", "import socket\nx = 1\nsock = socket.socket()")
+        .await;
+    let (st, v) = s.post("/v1/sessions/a/snapshot", "").await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["names"], 2, "x and the socket module: {v}");
+    assert_eq!(v["skipped"][0]["name"], "sock");
+    assert_eq!(v["skipped"][0]["type"], "socket.socket");
+    assert!(v["bytes"].as_u64().unwrap() > 0 && v["seconds"].is_number());
+    s.exec("a", "big = bytes(2 << 20)").await;
+    let (st, v) = s.post("/v1/sessions/a/snapshot", "").await;
+    assert_eq!(
+        (st, error_code(&v)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "snapshot_too_large"),
+        "{v}"
+    );
+    // Evicted and back: the result says it was restored (the state over
+    // the cap was not: its loss is told as before).
+    s.exec("a", "del big").await;
+    s.exec("b", "1").await;
+    let r = s.exec("a", "x").await;
+    assert_eq!(r["value"], "1", "{r}");
+    assert_eq!(r["kernel"]["restored"]["from"], "evicted", "{r}");
+    s.shutdown().await;
+}

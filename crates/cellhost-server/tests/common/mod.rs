@@ -59,16 +59,22 @@ pub async fn server_in(
     options: ServerOptions,
     max_kernels: usize,
 ) -> TestServer {
+    server_managed(dir, options, |o| o.max_kernels(max_kernels)).await
+}
+
+/// A server whose manager options `f` adjusts.
+pub async fn server_managed(
+    dir: tempfile::TempDir,
+    options: ServerOptions,
+    f: impl FnOnce(ManagerOptions) -> ManagerOptions,
+) -> TestServer {
     let kernel = KernelOptions::default()
         .runtime_dir(dir.path().join("run"))
         .interrupt_grace(Duration::from_millis(1500));
-    let manager = KernelManager::start(
-        ManagerOptions::new(dir.path().join("data"))
-            .kernel(kernel)
-            .max_kernels(max_kernels)
-            .warm_pool(0)
-            .tools(tools()),
-    )
+    let manager = KernelManager::start(f(ManagerOptions::new(dir.path().join("data"))
+        .kernel(kernel)
+        .warm_pool(0)
+        .tools(tools())))
     .await;
     let history = History::open(
         &dir.path().join("data/history.sqlite"),

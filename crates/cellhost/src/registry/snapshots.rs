@@ -17,7 +17,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use cellhost_protocol::{RestoreFrom, Restored, Skipped, SnapshotReport};
 use serde::{Deserialize, Serialize};
 
-use super::key::{KernelKey, KernelSpec};
+use super::key::KernelKey;
 use super::slot::Tombstone;
 use super::workspace::dir_name;
 use super::Shared;
@@ -40,11 +40,21 @@ struct Meta {
     skipped: Vec<Skipped>,
 }
 
-/// Whether `key`'s kernels take snapshots: local ones of the default
-/// spec, with snapshots on.
+/// Whether `key`'s kernels take snapshots, with snapshots on: local ones
+/// of the manager's interpreter and cwd, with no tools or all of them
+/// (the session's default kernel over HTTP, MCP and the library), one
+/// snapshot per session.
 pub(super) fn applies(shared: &Shared, key: &KernelKey) -> Option<u64> {
     let max = shared.opts.snapshots?;
-    (key.backend == "local" && key.spec == KernelSpec::default()).then_some(max)
+    let spec = &key.spec;
+    let tools_ok = spec.tools.is_empty()
+        || spec
+            .tools
+            .iter()
+            .map(String::as_str)
+            .eq(shared.opts.tools.names());
+    (key.backend == "local" && spec.python.is_none() && spec.cwd.is_none() && tools_ok)
+        .then_some(max)
 }
 
 fn paths(shared: &Shared, owner: &str) -> (PathBuf, PathBuf) {
@@ -76,7 +86,17 @@ pub(super) fn left_by_predecessor(dir: &Path) -> HashSet<String> {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return HashSet::new();
     };
-    rd.flatten()
+    let entries: Vec<_> = rd.flatten().collect();
+    // Half-written files of a host killed mid-snapshot never count.
+    for e in &entries {
+        if e.file_name().to_string_lossy().starts_with(".tmp-")
+            || e.file_name().to_string_lossy().ends_with(".json.tmp")
+        {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    entries
+        .into_iter()
         .filter(|e| e.file_name().to_string_lossy().ends_with(".json"))
         .filter_map(|e| {
             let bytes = std::fs::read(e.path()).ok()?;
@@ -275,24 +295,29 @@ impl super::KernelManager {
     /// cap, or the runner's reason.
     pub async fn snapshot(&self, owner: &str) -> Result<SnapshotReport, super::ManagerError> {
         super::key::validate_owner(owner)?;
-        let key = super::remote::key_for(
-            &self.shared.opts,
-            &self.shared.backends,
-            owner,
-            &KernelSpec::default(),
-        );
         let Some(max) = self.shared.opts.snapshots else {
             return Err(SnapshotError::Off.into());
         };
-        if applies(&self.shared, &key).is_none() {
-            return Err(SnapshotError::Unsupported {
-                backend: key.backend.clone(),
+        let slots: Vec<_> = {
+            let state = self.shared.state();
+            state
+                .slots
+                .values()
+                .filter(|s| s.key.owner == owner)
+                .cloned()
+                .collect()
+        };
+        let Some(slot) = slots
+            .iter()
+            .find(|s| applies(&self.shared, &s.key).is_some())
+        else {
+            return Err(match slots.first() {
+                Some(s) if s.key.backend != "local" => SnapshotError::Unsupported {
+                    backend: s.key.backend.clone(),
+                },
+                _ => SnapshotError::NoKernel,
             }
             .into());
-        }
-        let slot = self.shared.state().slots.get(&key).cloned();
-        let Some(slot) = slot else {
-            return Err(SnapshotError::NoKernel.into());
         };
         let _turn = slot.turn.lock().await;
         let kernel = slot.meta().kernel().cloned();

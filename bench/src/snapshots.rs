@@ -1,0 +1,163 @@
+//! Snapshot and restore time against the floor: for 1 MB, 100 MB and
+//! 1 GB of numpy state (random float64, so compression cannot hide the
+//! size), a kernel's `snapshot_to` (the runner's pickling, the FIFO, zstd
+//! and the atomic write) and a fresh kernel's `restore_from`, against
+//! `pickle.dumps` / `pickle.loads` of the same array in a plain
+//! interpreter, in the same run. Target: ≤ 1.5× the floor plus
+//! compression.
+//!
+//! Usage: cellhost-bench-snapshots [--python PATH] [--out FILE]
+//! (PATH must have numpy.) Environment: BENCH_SIZES_MB (1,100,1000),
+//! BENCH_REPS (5; 2 for sizes ≥ 500 MB).
+
+#[path = "args.rs"]
+mod args;
+#[allow(dead_code)]
+#[path = "stats.rs"]
+mod stats;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use args::Args;
+use cellhost::{Cell, Kernel, KernelOptions};
+use serde_json::json;
+use stats::Summary;
+
+const MAX: u64 = 4 << 30;
+
+fn make(mb: usize) -> String {
+    format!(
+        "import numpy as np\na = np.random.default_rng(0).random({} // 8)",
+        mb << 20
+    )
+}
+
+/// `pickle.dumps` and `pickle.loads` of the same array in a plain
+/// interpreter, each timed `reps` times.
+fn floor(
+    python: &std::path::Path,
+    mb: usize,
+    reps: usize,
+) -> Result<(Vec<Duration>, Vec<Duration>)> {
+    let script = format!(
+        "{}\nimport pickle, time, json\nd, l = [], []\nfor _ in range({reps}):\n    t = time.perf_counter()\n    b = pickle.dumps(a, protocol=5)\n    d.append(time.perf_counter() - t)\n    t = time.perf_counter()\n    pickle.loads(b)\n    l.append(time.perf_counter() - t)\n    del b\nprint(json.dumps([d, l]))",
+        make(mb)
+    );
+    let out = Command::new(python).arg("-c").arg(&script).output()?;
+    if !out.status.success() {
+        bail!(
+            "the floor script failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let v: (Vec<f64>, Vec<f64>) = serde_json::from_slice(&out.stdout)?;
+    let d = |xs: Vec<f64>| xs.into_iter().map(Duration::from_secs_f64).collect();
+    Ok((d(v.0), d(v.1)))
+}
+
+async fn kernel(python: &std::path::Path, dir: &tempfile::TempDir) -> Result<Kernel> {
+    Ok(Kernel::spawn(
+        KernelOptions::default()
+            .python(python)
+            .runtime_dir(dir.path()),
+    )
+    .await?)
+}
+
+fn ms(s: &Summary) -> serde_json::Value {
+    json!({"p50_ms": s.p50 / 1e3, "min_ms": s.min / 1e3, "n": s.n})
+}
+
+async fn run(args: &Args) -> Result<()> {
+    let sizes: Vec<usize> = std::env::var("BENCH_SIZES_MB")
+        .unwrap_or_else(|_| "1,100,1000".into())
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .context("BENCH_SIZES_MB is a list of whole MB")
+        })
+        .collect::<Result<_>>()?;
+    let reps_default = args::env_usize("BENCH_REPS", 5)?;
+    let mut rows = Vec::new();
+    for mb in sizes {
+        let reps = if mb >= 500 {
+            reps_default.min(2)
+        } else {
+            reps_default
+        };
+        let dir = tempfile::tempdir()?;
+        let src = kernel(&args.python, &dir).await?;
+        let r = src.execute(Cell::new(make(mb))).await?;
+        if !r.is_success() {
+            bail!(
+                "making {mb} MB of state failed: {:?} (does {} have numpy?)",
+                r.error,
+                args.python.display()
+            );
+        }
+        let path = dir.path().join("bench.zst");
+        let (mut takes, mut loads) = (Vec::new(), Vec::new());
+        let mut bytes = 0;
+        for _ in 0..reps {
+            let t = Instant::now();
+            let s = src.snapshot_to(&path, MAX).await?;
+            takes.push(t.elapsed());
+            bytes = s.bytes;
+            let fresh_dir = tempfile::tempdir()?;
+            let fresh = kernel(&args.python, &fresh_dir).await?;
+            let t = Instant::now();
+            fresh.restore_from(&path, MAX).await?;
+            loads.push(t.elapsed());
+            fresh.shutdown().await;
+        }
+        src.shutdown().await;
+        let (fd, fl) = floor(&args.python, mb, reps)?;
+        let (take, load) = (Summary::of(&takes).unwrap(), Summary::of(&loads).unwrap());
+        let (fd, fl) = (Summary::of(&fd).unwrap(), Summary::of(&fl).unwrap());
+        println!(
+            "{mb:>5} MB  snapshot p50 {:>9.1} ms = {:>5.2}x pickle.dumps ({:.1} ms)   restore p50 {:>9.1} ms = {:>5.2}x pickle.loads ({:.1} ms)   file {:.1} MB",
+            take.p50 / 1e3,
+            take.p50 / fd.p50,
+            fd.p50 / 1e3,
+            load.p50 / 1e3,
+            load.p50 / fl.p50,
+            fl.p50 / 1e3,
+            bytes as f64 / 1e6,
+        );
+        rows.push(json!({
+            "mb": mb, "reps": reps, "file_bytes": bytes,
+            "snapshot": ms(&take), "restore": ms(&load),
+            "pickle_dumps": ms(&fd), "pickle_loads": ms(&fl),
+            "ratio_snapshot": take.p50 / fd.p50, "ratio_restore": load.p50 / fl.p50,
+        }));
+    }
+    let figures = json!({"python": args.python, "sizes": rows});
+    if let Some(parent) = args.out.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&args.out, serde_json::to_string_pretty(&figures)? + "\n")?;
+    eprintln!("figures written to {}", args.out.display());
+    Ok(())
+}
+
+fn main() {
+    let args = match args::parse("bench/results/snapshots.json") {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("cellhost-bench-snapshots: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    if let Err(e) = rt.block_on(run(&args)) {
+        eprintln!("cellhost-bench-snapshots: could not run: {e:#}");
+        std::process::exit(1);
+    }
+}
