@@ -120,7 +120,10 @@ fn run(o: &Opts, setup: &DaemonSetup) -> Result<(Value, bool)> {
         threads.push(std::thread::spawn(move || worker(sh, addr, s, seed)));
     }
     let (sh, seed, addr) = (shared.clone(), rng.next(), setup.addr);
-    threads.push(std::thread::spawn(move || driver(sh, addr, seed)));
+    let snapshots = setup.data_dir().join("snapshots");
+    threads.push(std::thread::spawn(move || {
+        driver(sh, addr, seed, snapshots)
+    }));
     let mut lives: Vec<Life> = Vec::new();
     let mut failures: Vec<String> = Vec::new();
     loop {

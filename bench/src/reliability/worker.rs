@@ -168,7 +168,7 @@ fn brief(v: &Value) -> String {
 /// The fault driver: every 50–250 ms, SIGKILL a random kernel or
 /// interrupt a session whose kernel is busy, until `stop`; idle while
 /// paused.
-pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64) {
+pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64, snapshots: std::path::PathBuf) {
     let mut rng = Rng::new(seed);
     let mut conn = Conn::new(addr, Duration::from_secs(10));
     while !shared.stop.load(Ordering::SeqCst) {
@@ -177,9 +177,17 @@ pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64) {
             conn.disconnect();
             continue;
         }
+        if rng.below(8) == 0 {
+            truncate_a_snapshot(&shared, &snapshots, &mut rng);
+            continue;
+        }
         let Ok((200, ks)) = conn.get("/v1/kernels") else {
             continue;
         };
+        if rng.below(6) == 0 {
+            snapshot_then_kill(&shared, addr, &ks, &mut rng);
+            continue;
+        }
         let kill = rng.below(2) == 0;
         let targets: Vec<&Value> = ks
             .as_array()
@@ -221,4 +229,70 @@ pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64) {
             );
         }
     }
+}
+
+/// Cut a random snapshot file in half: its session's next restore must
+/// fail and say the state was lost.
+fn truncate_a_snapshot(shared: &Shared, dir: &std::path::Path, rng: &mut Rng) {
+    let files: Vec<_> = std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "zst"))
+                .collect()
+        })
+        .unwrap_or_default();
+    if files.is_empty() {
+        return;
+    }
+    let f = &files[rng.below(files.len() as u64) as usize];
+    let Ok(len) = std::fs::metadata(f).map(|m| m.len()) else {
+        return;
+    };
+    let cut = std::fs::OpenOptions::new()
+        .write(true)
+        .open(f)
+        .and_then(|file| file.set_len(len / 2));
+    if cut.is_ok() {
+        shared.count("fault: snapshot file truncated", 1);
+    }
+}
+
+/// Ask for a snapshot of an idle session and SIGKILL its kernel while
+/// the snapshot may be being written.
+fn snapshot_then_kill(shared: &Arc<Shared>, addr: SocketAddr, ks: &Value, rng: &mut Rng) {
+    let idle: Vec<&Value> = ks
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|k| k["owner"].is_string() && k["state"] == "idle")
+                .collect()
+        })
+        .unwrap_or_default();
+    if idle.is_empty() {
+        return;
+    }
+    let k = idle[rng.below(idle.len() as u64) as usize];
+    let (Some(pid), Some(owner)) = (k["pid"].as_u64(), k["owner"].as_str()) else {
+        return;
+    };
+    let owner = owner.to_owned();
+    let (sh, who) = (shared.clone(), owner.clone());
+    let asked = std::thread::spawn(move || {
+        let mut conn = Conn::new(addr, Duration::from_secs(10));
+        match conn.post(&format!("/v1/sessions/{who}/snapshot"), &json!({})) {
+            Ok((200, _)) => sh.count("snapshot on request: taken", 1),
+            Ok(_) => sh.count("snapshot on request: refused", 1),
+            Err(_) => sh.count("snapshot on request: no answer", 1),
+        }
+    });
+    std::thread::sleep(Duration::from_millis(rng.below(20)));
+    let sent = Instant::now();
+    let sig = nix::sys::signal::Signal::SIGKILL;
+    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).is_ok() {
+        shared.count("fault: kernel SIGKILL during a snapshot", 1);
+        let mut aimed = shared.aimed.lock().unwrap();
+        aimed.entry(owner).or_default().kills.push(sent);
+    }
+    let _ = asked.join();
 }
