@@ -546,3 +546,43 @@ fn host_network_is_refused_at_start_without_a_token_or_with_tool_endpoints() {
         text(&o)
     );
 }
+
+#[test]
+fn a_daemon_restarted_with_sigterm_gives_sessions_their_state_back() {
+    let data = tempfile::tempdir().unwrap();
+    let d = Daemon::none(data.path());
+    let o = d.cli(&[
+        "exec",
+        "-s",
+        "r",
+        "import socket\nrows = [1, 2]\nsock = socket.socket()",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{:?}", text(&o));
+    let o = d.cli(&["snapshot", "-s", "r"]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}");
+    assert!(
+        out.contains("snapshot of 2 name(s)") && out.contains("not kept: sock (socket.socket)"),
+        "{out}"
+    );
+    let o = d.cli(&["snapshot", "-s", "nobody"]);
+    assert_eq!(o.status.code(), Some(2), "{:?}", text(&o));
+    assert!(text(&o).1.contains("no session \"nobody\""), "{:?}", text(&o));
+    assert_eq!(d.stop(), Some(0));
+
+    let d = Daemon::none(data.path());
+    let o = d.cli(&["exec", "-s", "r", "--json", "sum(rows)"]);
+    let (out, _) = text(&o);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["value"], "3", "{v}");
+    assert_eq!(v["kernel"]["restored"]["from"], "restart", "{v}");
+    assert_eq!(
+        v["kernel"]["state_lost"], true,
+        "the socket was not kept: {v}"
+    );
+    let note = v["kernel"]["note"].as_str().unwrap();
+    assert!(
+        note.contains("daemon restarted") && note.contains("Not restored: sock"),
+        "{note}"
+    );
+}
