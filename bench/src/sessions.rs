@@ -10,6 +10,8 @@
 //! uses.
 //!
 //! Usage: cellhost-bench-sessions [--python PATH] [--out FILE]
+//! Environment: BENCH_SESSIONS, BENCH_KERNELS, BENCH_ACCESSES,
+//! BENCH_SNAPSHOTS (1; 0 turns snapshots off for the comparison).
 
 #[path = "args.rs"]
 mod args;
@@ -63,11 +65,15 @@ async fn run(args: &Args) -> Result<()> {
     let sessions = env_usize("BENCH_SESSIONS", 10_000)?;
     let kernels = env_usize("BENCH_KERNELS", 64)?;
     let accesses = env_usize("BENCH_ACCESSES", 2_000)?;
+    // BENCH_SNAPSHOTS=0: the same run without snapshots (every evicted
+    // session loses its state), for the comparison.
+    let snapshots = env_usize("BENCH_SNAPSHOTS", 1)? != 0;
     if sessions == 0 || kernels == 0 {
         bail!("BENCH_SESSIONS and BENCH_KERNELS must be at least 1");
     }
     eprintln!(
-        "sessions bench: {sessions} sessions over {kernels} kernels, {accesses} random cells, python {}",
+        "sessions bench: {sessions} sessions over {kernels} kernels, {accesses} random cells, snapshots {}, python {}",
+        if snapshots { "on" } else { "off" },
         args.python.display()
     );
     let dir = tempfile::tempdir()?;
@@ -81,7 +87,8 @@ async fn run(args: &Args) -> Result<()> {
             )
             .idle_timeout(None)
             .warm_pool(2)
-            .max_kernels(kernels),
+            .max_kernels(kernels)
+            .snapshots(snapshots.then_some(1 << 30)),
     )
     .await;
     let owner = |i: usize| format!("s-{i}");
@@ -158,6 +165,7 @@ async fn run(args: &Args) -> Result<()> {
     );
     let figures = json!({
         "python": args.python,
+        "snapshots": snapshots,
         "sessions": sessions,
         "max_kernels": kernels,
         "accesses": accesses,

@@ -567,7 +567,11 @@ fn a_daemon_restarted_with_sigterm_gives_sessions_their_state_back() {
     );
     let o = d.cli(&["snapshot", "-s", "nobody"]);
     assert_eq!(o.status.code(), Some(2), "{:?}", text(&o));
-    assert!(text(&o).1.contains("no session \"nobody\""), "{:?}", text(&o));
+    assert!(
+        text(&o).1.contains("no session \"nobody\""),
+        "{:?}",
+        text(&o)
+    );
     assert_eq!(d.stop(), Some(0));
 
     let d = Daemon::none(data.path());

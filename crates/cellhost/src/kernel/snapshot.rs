@@ -146,8 +146,24 @@ pub(crate) fn pump(fifo: &Path, job: &Job) -> Pumped {
     }
 }
 
+/// zstd's fast mode (`--fast=3`): a snapshot is written on the way out
+/// of a kernel (an eviction waits for it), so its time matters more than
+/// its size; numbers of numpy state hardly compress at any level.
+const ZSTD_LEVEL: i32 = -3;
+
+/// A bigger pipe buffer for the FIFO (1 MiB instead of 64 KiB): fewer
+/// wake-ups per gigabyte. Best effort.
+fn widen(f: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on an fd we own; F_SETPIPE_SZ takes an int.
+    unsafe {
+        libc::fcntl(f.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20);
+    }
+}
+
 fn take(fifo: &Path, dest: &Path, max: u64) -> Pumped {
     let mut input = File::open(fifo).map_err(io_err("open the snapshot FIFO"))?;
+    widen(&input);
     let dir = dest.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).map_err(io_err("create the snapshots dir"))?;
     let tmp = dir.join(format!(
@@ -164,7 +180,7 @@ fn take(fifo: &Path, dest: &Path, max: u64) -> Pumped {
         .open(&tmp)
         .map_err(io_err("create the snapshot file"))?;
     let written = (|| {
-        let mut enc = zstd::Encoder::new(out, 3).map_err(io_err("start compressing"))?;
+        let mut enc = zstd::Encoder::new(out, ZSTD_LEVEL).map_err(io_err("start compressing"))?;
         let mut buf = vec![0u8; 1 << 20];
         let mut raw = 0u64;
         loop {
@@ -213,6 +229,7 @@ fn feed(fifo: &Path, src: &Path, max: u64) -> Pumped {
         .write(true)
         .open(fifo)
         .map_err(io_err("open the snapshot FIFO"))?;
+    widen(&out);
     let dec = zstd::Decoder::new(file).map_err(io_err("start decompressing"))?;
     // A snapshot that decompresses to more than the cap is not ours.
     let mut dec = dec.take(max.saturating_add(1));
@@ -245,9 +262,54 @@ pub(crate) fn parse_summary(value: &str) -> Result<(u64, Vec<Skipped>), Snapshot
         #[serde(default)]
         skipped: Vec<Skipped>,
     }
+    // The runner lives in the cell's process: its summary is bounded here
+    // too, whatever a cell did to it.
+    const MAX_SKIPPED: usize = 200;
+    const MAX_TEXT: usize = 512;
+    let clip = |mut t: String| {
+        if t.len() > MAX_TEXT {
+            let mut end = MAX_TEXT;
+            while !t.is_char_boundary(end) {
+                end -= 1;
+            }
+            t.truncate(end);
+        }
+        t
+    };
     serde_json::from_str::<S>(value)
-        .map(|s| (s.names, s.skipped))
+        .map(|s| {
+            let skipped = s
+                .skipped
+                .into_iter()
+                .take(MAX_SKIPPED)
+                .map(|k| Skipped {
+                    name: clip(k.name),
+                    kind: clip(k.kind),
+                    why: clip(k.why),
+                })
+                .collect();
+            (s.names, skipped)
+        })
         .map_err(|e| {
             SnapshotError::Runner(format!("the runner's snapshot summary is not valid: {e}"))
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_summary_from_a_tampered_runner_is_bounded() {
+        let long = "x".repeat(10_000);
+        let skipped: Vec<String> = (0..1000)
+            .map(|i| format!(r#"{{"name": "n{i}{long}", "type": "t", "why": "w"}}"#))
+            .collect();
+        let text = format!(r#"{{"names": 3, "skipped": [{}]}}"#, skipped.join(","));
+        let (names, skipped) = parse_summary(&text).unwrap();
+        assert_eq!(names, 3);
+        assert_eq!(skipped.len(), 200);
+        assert!(skipped.iter().all(|s| s.name.len() <= 512));
+        assert!(parse_summary("not json").is_err());
+    }
 }

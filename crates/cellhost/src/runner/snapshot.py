@@ -8,7 +8,10 @@
 # into the snapshot file (or feeds from it). Its records, each a pickle:
 #
 #   MAGIC, then {"python": [major, minor], "pickler": "cloudpickle"|"pickle"}
-#   ("v", name, blob)     a global, its value pickled on its own
+#   ("v", name, sizes)    a global, its value pickled on its own (protocol 5):
+#                         followed by the pickle (sizes[0] bytes) and its
+#                         out-of-band buffers (numpy arrays' memory, written
+#                         as is: no copy), sizes[1:] bytes each
 #   ("m", name, module)   a global bound to an imported module: re-imported
 #   ("end", n)            n records before it
 #
@@ -57,11 +60,17 @@ def _defined_in_cell(value):
 
 
 def _dumps(value):
+    """The value's pickle and its out-of-band buffers (memoryviews of the
+    objects' own memory, not copies)."""
+    bufs = []
     if _cloudpickle is not None:
-        return _cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-    if _defined_in_cell(value):
+        data = _cloudpickle.dumps(value, protocol=5, buffer_callback=bufs.append)
+    elif _defined_in_cell(value):
         raise TypeError("defined in a cell: install cloudpickle in the kernel's interpreter to keep it")
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    else:
+        data = pickle.dumps(value, protocol=5, buffer_callback=bufs.append)
+    views = [b.raw() for b in bufs]
+    return data, views
 
 
 def take(ns, path):
@@ -76,18 +85,22 @@ def take(ns, path):
         pickle.dump(header, out, protocol=pickle.HIGHEST_PROTOCOL)
         for name, value in _user_names(ns):
             if isinstance(value, types.ModuleType):
-                rec = ("m", name, value.__name__)
+                pickle.dump(("m", name, value.__name__), out, protocol=pickle.HIGHEST_PROTOCOL)
             else:
                 try:
-                    rec = ("v", name, _dumps(value))
+                    data, views = _dumps(value)
                 except BaseException as e:  # pickling runs user code: anything
                     if isinstance(e, KeyboardInterrupt):
                         raise
                     if len(skipped) < _MAX_SKIPPED:
                         skipped.append({"name": name, "type": _type_name(value), "why": _why(e)})
                     continue
-            pickle.dump(rec, out, protocol=pickle.HIGHEST_PROTOCOL)
-            rec = None
+                sizes = [len(data)] + [v.nbytes for v in views]
+                pickle.dump(("v", name, sizes), out, protocol=pickle.HIGHEST_PROTOCOL)
+                out.write(data)
+                for v in views:
+                    out.write(v)
+                data = views = None
             names += 1
             records += 1
         pickle.dump(("end", records), out, protocol=pickle.HIGHEST_PROTOCOL)
@@ -119,6 +132,24 @@ def _rebind(value, ns):
     return value
 
 
+def _read_exactly(src, n):
+    data = src.read(n)
+    if len(data) != n:
+        raise ValueError("the snapshot is truncated")
+    return data
+
+
+def _read_into(src, n):
+    buf = bytearray(n)
+    view, got = memoryview(buf), 0
+    while got < n:
+        k = src.readinto(view[got:])
+        if not k:
+            raise ValueError("the snapshot is truncated")
+        got += k
+    return buf
+
+
 def load(ns, path):
     """Load the snapshot at `path` into `ns`; returns the reply's summary.
     A stream from another Python, or one that is not a snapshot, raises
@@ -147,12 +178,21 @@ def load(ns, path):
                 break
             records += 1
             kind, name = rec[0], rec[1]
+            if kind == "v":
+                # Read whole before loading: a short stream ends the load,
+                # a value that fails to load skips only itself. Buffers
+                # land in memory of their own, which the loaded objects
+                # (numpy arrays) then use without a copy.
+                sizes = rec[2]
+                data = _read_exactly(src, sizes[0])
+                bufs = [_read_into(src, n) for n in sizes[1:]]
             try:
                 if kind == "m":
                     __import__(rec[2])
                     ns[name] = sys.modules[rec[2]]
                 else:
-                    ns[name] = _rebind(loads(rec[2]), ns)
+                    ns[name] = _rebind(loads(data, buffers=bufs), ns)
+                    data = bufs = None
                 names += 1
             except BaseException as e:
                 if isinstance(e, KeyboardInterrupt):
