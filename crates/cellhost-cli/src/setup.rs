@@ -144,6 +144,7 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
                 cellhost::config::SnapshotMode::OnStop => Some(config.snapshots.max_bytes()),
                 cellhost::config::SnapshotMode::Off => None,
             })
+            .snapshot_timeout(config.snapshots.timeout())
             .preload(config.kernel.preload.clone())
             .warmup(config.kernel.warmup)
             .workspace_quota(config.limits.workspace_quota())

@@ -143,9 +143,9 @@ fn snapshot_error(e: &cellhost::SnapshotError) -> ApiError {
         SnapshotError::Off => (StatusCode::CONFLICT, "snapshots_off"),
         SnapshotError::Unsupported { .. } => (StatusCode::NOT_IMPLEMENTED, "snapshot_unsupported"),
         SnapshotError::TooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "snapshot_too_large"),
-        SnapshotError::Runner(_) | SnapshotError::KernelGone(_) => {
-            (StatusCode::UNPROCESSABLE_ENTITY, "snapshot_failed")
-        }
+        SnapshotError::Runner(_)
+        | SnapshotError::KernelGone(_)
+        | SnapshotError::TimedOut { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "snapshot_failed"),
         _ => (StatusCode::INTERNAL_SERVER_ERROR, "snapshot_failed"),
     };
     ApiError::new(status, code, cellhost::error_chain(e))

@@ -77,7 +77,7 @@ pub use error_chain::error_chain;
 pub use interpreter::{Interpreter, InterpreterError};
 pub use kernel::{
     Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SnapshotError,
-    SnapshotSummary, SpawnError,
+    SnapshotLimits, SnapshotSummary, SpawnError,
 };
 pub use output::OutputLimits;
 pub use sandbox::{ResourceLimits, Sandbox, StrictSandbox};

@@ -3,7 +3,7 @@
 
 mod common;
 
-use cellhost::{Kernel, SnapshotError};
+use cellhost::{Kernel, SnapshotError, SnapshotLimits};
 
 use common::{kernel_with, options, strict_options, venv_python, TestKernel};
 
@@ -76,7 +76,7 @@ async fn a_snapshot_keeps_values_functions_and_classes_and_names_what_it_skips()
 #[tokio::test]
 async fn a_corrupt_or_truncated_snapshot_is_refused_with_the_reason() {
     let k = venv_kernel().await;
-    k.run("a = list(range(100000))").await;
+    k.run("n = 5\na = list(range(100000))").await;
     let dest = k.dir.path().join("snap.zst");
     k.kernel.snapshot_to(&dest, MAX).await.unwrap();
     let bytes = std::fs::read(&dest).unwrap();
@@ -92,13 +92,40 @@ async fn a_corrupt_or_truncated_snapshot_is_refused_with_the_reason() {
             matches!(&err, SnapshotError::Runner(why) if why.contains(want)),
             "{path:?}: {err}"
         );
-        // The kernel is still whole and empty.
+        // The kernel is still whole and empty: what a cut stream had
+        // loaded before its end is taken out again.
         let r = fresh
-            .execute(cellhost::Cell::new("'a' in globals()"))
+            .execute(cellhost::Cell::new("'a' in globals() or 'n' in globals()"))
             .await
             .unwrap();
         assert_eq!(r.value.as_deref(), Some("False"));
     }
+}
+
+#[tokio::test]
+async fn a_snapshot_that_hangs_times_out_and_the_kernel_keeps_its_state() {
+    let k = venv_kernel().await;
+    // A global whose pickling never returns (a cell's hostile __reduce__).
+    let r = k
+        .run(
+            "import time\nn = 7\n\
+             class Stuck:\n    def __reduce__(self):\n        time.sleep(3600)\n\
+             stuck = Stuck()",
+        )
+        .await;
+    assert!(r.is_success(), "{r:?}");
+    let dest = k.dir.path().join("snap.zst");
+    let limits = SnapshotLimits {
+        max_bytes: MAX,
+        timeout: std::time::Duration::from_secs(2),
+    };
+    let started = std::time::Instant::now();
+    let err = k.kernel.snapshot_to(&dest, limits).await.unwrap_err();
+    assert!(matches!(err, SnapshotError::TimedOut { .. }), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert!(!dest.exists());
+    let r = k.run("n").await;
+    assert_eq!(r.value.as_deref(), Some("7"), "{r:?}");
 }
 
 #[tokio::test]

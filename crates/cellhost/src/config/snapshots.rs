@@ -10,11 +10,18 @@ pub struct SnapshotsConfig {
     /// Largest snapshot stream in MiB before compression (default 1024).
     /// A state over it keeps no snapshot; its loss is reported as before.
     pub max_mib: u64,
+    /// Seconds one snapshot or restore may take (default 60): past them
+    /// the kernel is interrupted (killed after the interrupt grace) and
+    /// nothing is kept. A shutdown waits at most this for its snapshots.
+    pub timeout_seconds: u64,
 }
 
 impl Default for SnapshotsConfig {
     fn default() -> Self {
-        SnapshotsConfig { max_mib: 1024 }
+        SnapshotsConfig {
+            max_mib: 1024,
+            timeout_seconds: 60,
+        }
     }
 }
 
@@ -24,9 +31,17 @@ impl SnapshotsConfig {
         self.max_mib.saturating_mul(1024 * 1024)
     }
 
+    /// `timeout_seconds` as a duration.
+    pub fn timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.timeout_seconds)
+    }
+
     pub(super) fn validate(&self) -> Result<(), String> {
         if self.max_mib == 0 {
             return Err("[snapshots] max_mib must be at least 1 (turn snapshots off with [lifecycle] snapshots = \"off\")".into());
+        }
+        if self.timeout_seconds == 0 {
+            return Err("[snapshots] timeout_seconds must be at least 1".into());
         }
         Ok(())
     }

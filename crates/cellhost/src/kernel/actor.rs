@@ -110,9 +110,9 @@ impl<D: Driver> Actor<D> {
                             return;
                         }
                     }
-                    Some(Request::Snapshot(job, tx)) => {
+                    Some(Request::Snapshot(job, timeout, tx)) => {
                         self.observed.update(|s| s.busy = true);
-                        let (result, shutdown) = self.snapshot(job, &mut control).await;
+                        let (result, shutdown) = self.snapshot(job, timeout, &mut control).await;
                         self.observed.update(|s| s.busy = false);
                         let _ = tx.send(result);
                         if let Some(done) = shutdown {

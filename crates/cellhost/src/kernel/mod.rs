@@ -44,7 +44,7 @@ pub(crate) use process::max_display_bytes;
 pub(crate) use display::Displays;
 pub use display::{CellEvent, DisplayLimits};
 pub(crate) use process::{Exit, RUNNER_FILES, RUNNER_SOURCE};
-pub use snapshot::{SnapshotError, Summary as SnapshotSummary};
+pub use snapshot::{SnapshotError, SnapshotLimits, Summary as SnapshotSummary};
 // Old paths of the helpers now in `crate::sys`.
 pub(crate) use crate::sys::random_hex;
 pub use crate::sys::{pid_alive, process_group, process_start_time, rss_bytes};
@@ -411,6 +411,7 @@ pub(crate) enum Request {
     /// A snapshot turn between cells (`snapshot.rs`).
     Snapshot(
         snapshot::Job,
+        std::time::Duration,
         oneshot::Sender<Result<snapshot::Summary, SnapshotError>>,
     ),
 }
@@ -547,22 +548,24 @@ impl Kernel {
 
     /// Write a snapshot of the kernel's namespace to `dest` (zstd, written
     /// beside it and renamed into place), between cells: queued behind
-    /// the cells already sent. At most `max_bytes` of stream before
-    /// compression. See docs/snapshots.md.
+    /// the cells already sent, within `limits` (a byte count: the
+    /// stream's cap before compression, with the default timeout). See
+    /// docs/snapshots.md.
     ///
     /// # Errors
-    /// No live kernel, a backend without snapshots, the cap, or the
-    /// runner's reason.
+    /// No live kernel, a backend without snapshots, the cap, the timeout,
+    /// or the runner's reason.
     pub async fn snapshot_to(
         &self,
         dest: impl Into<PathBuf>,
-        max_bytes: u64,
+        limits: impl Into<SnapshotLimits>,
     ) -> Result<SnapshotSummary, SnapshotError> {
+        let limits = limits.into();
         let job = snapshot::Job::Take {
             dest: dest.into(),
-            max: max_bytes,
+            max: limits.max_bytes,
         };
-        self.snapshot_job(job).await
+        self.snapshot_job(job, limits.timeout).await
     }
 
     /// Load the snapshot at `src` into the kernel's namespace (a fresh
@@ -575,21 +578,26 @@ impl Kernel {
     pub async fn restore_from(
         &self,
         src: impl Into<PathBuf>,
-        max_bytes: u64,
+        limits: impl Into<SnapshotLimits>,
     ) -> Result<SnapshotSummary, SnapshotError> {
+        let limits = limits.into();
         let job = snapshot::Job::Restore {
             src: src.into(),
-            max: max_bytes,
+            max: limits.max_bytes,
         };
-        self.snapshot_job(job).await
+        self.snapshot_job(job, limits.timeout).await
     }
 
-    async fn snapshot_job(&self, job: snapshot::Job) -> Result<SnapshotSummary, SnapshotError> {
+    async fn snapshot_job(
+        &self,
+        job: snapshot::Job,
+        timeout: std::time::Duration,
+    ) -> Result<SnapshotSummary, SnapshotError> {
         let closed = || SnapshotError::KernelGone("its handle was closed".into());
         let (tx, rx) = oneshot::channel();
         self.inner
             .requests
-            .send(Request::Snapshot(job, tx))
+            .send(Request::Snapshot(job, timeout, tx))
             .map_err(|_| closed())?;
         rx.await.map_err(|_| closed())?
     }

@@ -16,8 +16,36 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use cellhost_protocol::Skipped;
+
+/// The bounds of one snapshot or restore: the stream's size before
+/// compression, and the time the runner has for it (past it, the runner
+/// is interrupted, then killed after the interrupt grace, as a cell is).
+/// A bare byte count means the default timeout.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotLimits {
+    /// At most this many bytes of stream.
+    pub max_bytes: u64,
+    /// At most this long.
+    pub timeout: Duration,
+}
+
+impl SnapshotLimits {
+    /// The default timeout (`[snapshots] timeout_seconds`): 60 s, well
+    /// over a 1 GB state's few seconds.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+}
+
+impl From<u64> for SnapshotLimits {
+    fn from(max_bytes: u64) -> Self {
+        SnapshotLimits {
+            max_bytes,
+            timeout: SnapshotLimits::DEFAULT_TIMEOUT,
+        }
+    }
+}
 
 /// What to do with a kernel's namespace.
 #[derive(Debug, Clone)]
@@ -78,6 +106,15 @@ pub enum SnapshotError {
     /// The runner could not write or load it (its reason).
     #[error("{0}")]
     Runner(String),
+    /// The runner did not finish within the timeout (it was interrupted
+    /// or, past the interrupt grace, killed).
+    #[error("the {op} did not finish within {seconds} s (`[snapshots] timeout_seconds`); nothing was kept")]
+    TimedOut {
+        /// `snapshot` or `restore`.
+        op: &'static str,
+        /// The timeout.
+        seconds: u64,
+    },
     /// The kernel died or was stopped while it ran.
     #[error("the kernel went away during the snapshot: {0}")]
     KernelGone(String),
@@ -117,9 +154,34 @@ impl Fifo {
         Ok(Fifo { path })
     }
 
-    /// Release a pump thread still waiting in `open` for the runner (which
-    /// never opened its end): open the other end without blocking, once.
-    pub(crate) fn unblock(&self, job: &Job) {
+    /// Once the runner is done with its end (or gone): collect what the
+    /// pump did, releasing it from an `open` that waits for a runner that
+    /// never opened its end. Opening the other end without blocking
+    /// releases an `open` already waiting only, and the pump's thread may
+    /// not have reached it yet (a busy blocking pool), so this retries
+    /// until the pump has finished.
+    pub(crate) async fn release(
+        &self,
+        job: &Job,
+        mut pump: tokio::task::JoinHandle<Pumped>,
+    ) -> Pumped {
+        loop {
+            self.unblock(job);
+            match tokio::time::timeout(Duration::from_millis(20), &mut pump).await {
+                Ok(done) => {
+                    return done.unwrap_or_else(|_| {
+                        Err(SnapshotError::Runner(
+                            "the snapshot pump thread failed".into(),
+                        ))
+                    })
+                }
+                Err(_) => continue,
+            }
+        }
+    }
+
+    /// Open the other end of the FIFO without blocking, and close it.
+    fn unblock(&self, job: &Job) {
         let mut o = std::fs::OpenOptions::new();
         match job {
             Job::Take { .. } => o.write(true),
@@ -298,6 +360,36 @@ pub(crate) fn parse_summary(value: &str) -> Result<(u64, Vec<Skipped>), Snapshot
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A runner killed before it opened its end of the FIFO, with the
+    /// pump's thread not yet in its `open` when the turn ends (a busy
+    /// blocking pool): releasing must still end the pump, for both jobs.
+    #[tokio::test]
+    async fn a_pump_that_opens_after_the_runner_is_gone_is_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("in.zst");
+        std::fs::write(&src, zstd::encode_all(&b"state"[..], 0).unwrap()).unwrap();
+        let jobs = [
+            Job::Take {
+                dest: dir.path().join("out.zst"),
+                max: 1 << 20,
+            },
+            Job::Restore { src, max: 1 << 20 },
+        ];
+        for job in jobs {
+            let fifo = Fifo::make(dir.path()).unwrap();
+            let pump = {
+                let (path, job) = (fifo.path.clone(), job.clone());
+                tokio::task::spawn_blocking(move || {
+                    std::thread::sleep(Duration::from_millis(300));
+                    pump(&path, &job)
+                })
+            };
+            let released =
+                tokio::time::timeout(Duration::from_secs(20), fifo.release(&job, pump)).await;
+            assert!(released.is_ok(), "the {} pump was never released", job.op());
+        }
+    }
 
     #[test]
     fn a_summary_from_a_tampered_runner_is_bounded() {

@@ -62,6 +62,11 @@ pub struct ManagerOptions {
     /// off; the daemon's `[lifecycle] snapshots` default is on). See
     /// docs/snapshots.md.
     pub snapshots: Option<u64>,
+    /// How long one snapshot or restore may take (`[snapshots]
+    /// timeout_seconds`, default 60 s): past it the runner is interrupted
+    /// (killed after the interrupt grace) and nothing is kept. It bounds
+    /// a shutdown's snapshots too (they run concurrently).
+    pub snapshot_timeout: Duration,
 }
 
 impl ManagerOptions {
@@ -86,6 +91,7 @@ impl ManagerOptions {
             workspace_fs: true,
             event_buffer: crate::events::DEFAULT_WATCHER_BUFFER,
             snapshots: None,
+            snapshot_timeout: crate::kernel::SnapshotLimits::DEFAULT_TIMEOUT,
         }
     }
 
@@ -94,6 +100,21 @@ impl ManagerOptions {
     pub fn snapshots(mut self, max_bytes: Option<u64>) -> Self {
         self.snapshots = max_bytes;
         self
+    }
+
+    /// How long one snapshot or restore may take; see
+    /// [`ManagerOptions::snapshot_timeout`].
+    pub fn snapshot_timeout(mut self, timeout: Duration) -> Self {
+        self.snapshot_timeout = timeout;
+        self
+    }
+
+    /// The limits of one snapshot, where snapshots are on.
+    pub(crate) fn snapshot_limits(&self) -> Option<crate::kernel::SnapshotLimits> {
+        Some(crate::kernel::SnapshotLimits {
+            max_bytes: self.snapshots?,
+            timeout: self.snapshot_timeout,
+        })
     }
 
     /// Where snapshots are kept (`<data_dir>/snapshots`).

@@ -21,7 +21,7 @@ use super::key::KernelKey;
 use super::slot::Tombstone;
 use super::workspace::dir_name;
 use super::Shared;
-use crate::kernel::{Kernel, SnapshotError, StateChange};
+use crate::kernel::{Kernel, SnapshotError, SnapshotLimits, StateChange};
 
 /// What the `.json` beside a snapshot says.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -44,8 +44,8 @@ struct Meta {
 /// of the manager's interpreter and cwd, with no tools or all of them
 /// (the session's default kernel over HTTP, MCP and the library), one
 /// snapshot per session.
-pub(super) fn applies(shared: &Shared, key: &KernelKey) -> Option<u64> {
-    let max = shared.opts.snapshots?;
+pub(super) fn applies(shared: &Shared, key: &KernelKey) -> Option<SnapshotLimits> {
+    let max = shared.opts.snapshot_limits()?;
     let spec = &key.spec;
     let tools_ok = spec.tools.is_empty()
         || spec
@@ -111,7 +111,7 @@ pub(super) async fn keep(
     shared: &Shared,
     owner: &str,
     kernel: &Kernel,
-    max: u64,
+    max: SnapshotLimits,
     from: RestoreFrom,
     whole: bool,
 ) -> Result<SnapshotReport, SnapshotError> {
@@ -182,7 +182,7 @@ async fn snapshot_then_stop(
     key: KernelKey,
     from: RestoreFrom,
     kernel: Kernel,
-    max: u64,
+    max: SnapshotLimits,
 ) {
     if let Some(shared) = shared.upgrade() {
         let _start = shared.starts.of(&key.owner).write().await;
@@ -295,7 +295,7 @@ impl super::KernelManager {
     /// cap, or the runner's reason.
     pub async fn snapshot(&self, owner: &str) -> Result<SnapshotReport, super::ManagerError> {
         super::key::validate_owner(owner)?;
-        let Some(max) = self.shared.opts.snapshots else {
+        let Some(max) = self.shared.opts.snapshot_limits() else {
             return Err(SnapshotError::Off.into());
         };
         let slots: Vec<_> = {

@@ -448,11 +448,18 @@ def _setup_display():
 def _snapshot_op(runner, op, path):
     # Between cells only (the host sends it in a turn of its own): the
     # session's namespace to or from the host's FIFO (snapshot.py).
+    # Pickling runs the cells' code (__reduce__, __setstate__), so the op
+    # is interruptible as a cell is: the host's timeout interrupts it.
+    global _cell_running
     import json
 
     try:
         mod = _helper("snapshot")
-        summary = mod.take(runner.ns, path) if op == b"snapshot" else mod.load(runner.ns, path)
+        _cell_running = True
+        try:
+            summary = mod.take(runner.ns, path) if op == b"snapshot" else mod.load(runner.ns, path)
+        finally:
+            _cell_running = False
         return {"status": "ok", "value": json.dumps(summary)}
     except BaseException as e:
         return {"status": "error", "error": _cap("%s: %s" % (type(e).__name__, e), MAX_VALUE)}

@@ -154,6 +154,24 @@ def load(ns, path):
     """Load the snapshot at `path` into `ns`; returns the reply's summary.
     A stream from another Python, or one that is not a snapshot, raises
     (the host then reports the state as lost, with the reason)."""
+    before = {}  # what each loaded name held before: put back on failure
+    try:
+        return _load(ns, path, before)
+    except BaseException:
+        # A stream cut short, a corrupt record or an interrupt: the
+        # namespace is left as it was, never half restored.
+        for name, old in before.items():
+            if old is _MISSING:
+                ns.pop(name, None)
+            else:
+                ns[name] = old
+        raise
+
+
+_MISSING = object()
+
+
+def _load(ns, path, before):
     names, skipped = 0, []
     loads = _cloudpickle.loads if _cloudpickle is not None else pickle.loads
     with open(path, "rb", buffering=1 << 20) as src:
@@ -186,6 +204,8 @@ def load(ns, path):
                 sizes = rec[2]
                 data = _read_exactly(src, sizes[0])
                 bufs = [_read_into(src, n) for n in sizes[1:]]
+            if name not in before:
+                before[name] = ns.get(name, _MISSING)
             try:
                 if kind == "m":
                     __import__(rec[2])

@@ -5,7 +5,7 @@
 //! the reason; it is never counted as a cell and never changes what the
 //! next cell is told about reuse.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use cellhost_protocol::KernelInfo;
 use tokio::sync::{mpsc, oneshot};
@@ -15,7 +15,7 @@ use crate::kernel::driver::{CellRun, Driver, LiveKernel, Ran};
 use crate::kernel::frame::Frame;
 use crate::kernel::report;
 use crate::kernel::snapshot::{self, Fifo, Job, SnapshotError, Summary};
-use crate::kernel::wait::Outcome;
+use crate::kernel::wait::{Outcome, Stop};
 use crate::kernel::Control;
 use crate::tools::{self, Authority};
 
@@ -26,6 +26,7 @@ impl<D: Driver> Actor<D> {
     pub(super) async fn snapshot(
         &mut self,
         job: Job,
+        timeout: Duration,
         control: &mut mpsc::UnboundedReceiver<Control>,
     ) -> Snapshotted {
         let Slot::Live(live) = &mut self.slot else {
@@ -63,7 +64,7 @@ impl<D: Driver> Actor<D> {
             request,
             tools: false,
             authority: authority.authority(),
-            timeout: None,
+            timeout: Some(timeout),
             control,
         };
         let ran = self.driver.run(live, run).await;
@@ -71,26 +72,21 @@ impl<D: Driver> Actor<D> {
         let (outcome, stop, mut output) = match ran {
             Ran::Done(outcome, stop, output) => (outcome, stop, output),
             Ran::NotDelivered { vacancy, .. } => {
-                fifo.unblock(&job);
-                let _ = pump.await;
+                let _ = fifo.release(&job, pump).await;
+                discard(&job);
                 self.vacate(vacancy).await;
                 let why = "it had died before the snapshot was asked for".to_owned();
                 return (Err(SnapshotError::KernelGone(why)), None);
             }
             Ran::Lost { detail, .. } => {
-                fifo.unblock(&job);
-                let _ = pump.await;
+                let _ = fifo.release(&job, pump).await;
+                discard(&job);
                 return (Err(SnapshotError::KernelGone(detail)), None);
             }
         };
-        // The runner is done with its end: release a pump still waiting
-        // for it to open, then collect what the pump did.
-        fifo.unblock(&job);
-        let pumped = pump.await.unwrap_or_else(|_| {
-            Err(SnapshotError::Runner(
-                "the snapshot pump thread failed".into(),
-            ))
-        });
+        // The runner is done with its end: collect what the pump did.
+        let pumped = fifo.release(&job, pump).await;
+        let timed_out = matches!(stop, Some(Stop::Timeout(_)));
         let Slot::Live(live) = &mut self.slot else {
             unreachable!("the kernel is vacated only below")
         };
@@ -122,6 +118,10 @@ impl<D: Driver> Actor<D> {
         // Drains the driver's captures of this turn (nothing is shown).
         let _ = self.driver.finish(rep, info, started, output).await;
         let result = match reply {
+            _ if timed_out => Err(SnapshotError::TimedOut {
+                op: job.op(),
+                seconds: timeout.as_secs(),
+            }),
             Some((Some(status), Some(value), _)) if status == "ok" => {
                 snapshot::parse_summary(&value).and_then(|(names, skipped)| {
                     let (raw_bytes, bytes) = pumped?;
@@ -145,6 +145,18 @@ impl<D: Driver> Actor<D> {
                 gone.unwrap_or_else(|| "it stopped".into()),
             )),
         };
+        if result.is_err() {
+            discard(&job);
+        }
         (result, shutdown)
+    }
+}
+
+/// A snapshot that failed after its pump ran: the pump may have put a
+/// stream in place that the runner did not finish (timed out, died), and
+/// it stands for nothing.
+fn discard(job: &Job) {
+    if let Job::Take { dest, .. } = job {
+        let _ = std::fs::remove_file(dest);
     }
 }
