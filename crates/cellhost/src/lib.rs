@@ -70,8 +70,8 @@ pub mod tenant;
 pub mod tools;
 
 pub use cellhost_protocol::{
-    CellResult, DisplayItem, ExecuteRequest, KernelInfo, KernelState, KernelSummary, OutputStream,
-    RestoreFrom, Restored, Skipped, SnapshotReport, Status, Truncated,
+    CellResult, DisplayItem, ExecuteRequest, ForkPath, ForkReport, Forked, KernelInfo, KernelState,
+    KernelSummary, OutputStream, RestoreFrom, Restored, Skipped, SnapshotReport, Status, Truncated,
 };
 pub use error_chain::error_chain;
 pub use interpreter::{Interpreter, InterpreterError};

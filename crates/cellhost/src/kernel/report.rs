@@ -87,6 +87,12 @@ pub enum StateChange {
     Disposed,
     /// The daemon restarted since the session's last cell.
     DaemonRestarted,
+    /// The session is a fork of `from` (its first kernel; see
+    /// `registry/fork.rs`).
+    Forked {
+        /// The source session.
+        from: String,
+    },
     /// The session's previous kernel went (`why`: evicted, reaped, the
     /// daemon restarted) and its state was loaded from a snapshot into
     /// this fresh kernel (docs/snapshots.md). State counts as lost when
@@ -190,6 +196,10 @@ impl StateChange {
             StateChange::DaemonRestarted => "State lost: the daemon restarted since this session's last cell, and its \
                     kernels with it; this is a fresh kernel, so re-run setup cells."
                 .into(),
+            StateChange::Forked { from } => format!(
+                "State lost: this session is a fork of {from}, but the copy of its state was not \
+                 loaded; this is a fresh kernel (the workspace files were copied)."
+            ),
             StateChange::Restored {
                 why,
                 names,
@@ -257,6 +267,7 @@ fn restored_note(
         StateChange::DaemonRestarted => {
             "The daemon restarted since this session's last cell".to_owned()
         }
+        StateChange::Forked { from } => format!("This session is a fork of {from}"),
         _ => "The previous kernel went".to_owned(),
     };
     let plural = if names == 1 { "name" } else { "names" };

@@ -104,6 +104,12 @@ impl KernelManager {
                 state.restart_snapshots.remove(&name);
                 snapshots.push(name);
             }
+            // Nor does a fork's copy that no kernel loaded yet.
+            let forks: Vec<String> = state.forks.keys().filter(|n| pick(n)).cloned().collect();
+            for name in forks {
+                state.forks.remove(&name);
+                snapshots.push(name);
+            }
             let mut victims = Vec::new();
             for k in keys {
                 let Some(slot) = state.slots.remove(&k) else {
@@ -147,6 +153,22 @@ pub(super) struct Starts([tokio::sync::RwLock<()>; 16]);
 
 impl Starts {
     pub(super) fn of(&self, owner: &str) -> &tokio::sync::RwLock<()> {
+        &self.0[Self::stripe(owner)]
+    }
+
+    /// The stripes of `owners`, each once, in order (so that whoever holds
+    /// several takes them in the same order: no deadlock).
+    pub(super) fn stripes_of<'a>(
+        &self,
+        owners: impl IntoIterator<Item = &'a String>,
+    ) -> Vec<&tokio::sync::RwLock<()>> {
+        let mut idx: Vec<usize> = owners.into_iter().map(|o| Self::stripe(o)).collect();
+        idx.sort_unstable();
+        idx.dedup();
+        idx.into_iter().map(|i| &self.0[i]).collect()
+    }
+
+    fn stripe(owner: &str) -> usize {
         use std::hash::{Hash, Hasher};
         let session = owner
             .split(crate::owner::CHILD_SEPARATOR)
@@ -154,6 +176,6 @@ impl Starts {
             .unwrap_or(owner);
         let mut h = std::collections::hash_map::DefaultHasher::new();
         session.hash(&mut h);
-        &self.0[(h.finish() % 16) as usize]
+        (h.finish() % 16) as usize
     }
 }

@@ -72,7 +72,14 @@ impl KernelManager {
             // A fresh kernel loads the snapshot that stands for the
             // session's state, if one does, before the cell runs.
             let loaded = if fresh {
-                let restart = { self.shared.state().restart_snapshots.remove(owner) };
+                slot.meta().forked_from = None;
+                let (restart, forked) = {
+                    let mut state = self.shared.state();
+                    (
+                        state.restart_snapshots.remove(owner),
+                        state.forks.remove(owner),
+                    )
+                };
                 snapshots::restore(
                     &self.shared,
                     &key,
@@ -80,6 +87,7 @@ impl KernelManager {
                     untold.tombstone.as_ref(),
                     restart,
                     cell.reset,
+                    forked.as_deref(),
                 )
                 .await
             } else {
@@ -138,10 +146,13 @@ impl KernelManager {
             calls.fetch_add(result.tool_calls_made, Ordering::Relaxed);
             let explained = untold.tombstone.is_some() || !matches!(loaded, Loaded::Nothing);
             match loaded {
-                Loaded::Restored(change, restored) => {
+                Loaded::Restored(change, restored, forked_from) => {
                     untold.tombstone = None;
                     change.tell(&mut result.kernel);
                     result.kernel.restored = Some(restored);
+                    if forked_from.is_some() {
+                        slot.meta().forked_from = forked_from;
+                    }
                     bus.kernel(owner, KernelChange::Restored, &change.note());
                 }
                 Loaded::Failed(change) => {
@@ -154,6 +165,7 @@ impl KernelManager {
                     }
                 }
             }
+            result.kernel.forked_from = slot.meta().forked_from.clone();
             let k = &result.kernel;
             if k.ended || (k.state_lost && !explained) {
                 let note = k

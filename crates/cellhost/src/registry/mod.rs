@@ -20,6 +20,7 @@
 mod attach;
 mod dispose;
 mod execute;
+mod fork;
 mod housekeeping;
 mod key;
 mod options;
@@ -44,6 +45,7 @@ use slot::{Slot, Tombstone};
 use stats::Counters;
 
 pub use attach::Attachment;
+pub use fork::{ForkError, MAX_FORK_TARGETS};
 pub use key::{
     belongs_to_session, child_owner, is_child, validate_owner, KernelKey, KernelSpec, OwnerError,
     CHILD_SEPARATOR,
@@ -73,6 +75,10 @@ pub enum ManagerError {
     /// A snapshot asked for could not be taken.
     #[error(transparent)]
     Snapshot(#[from] crate::kernel::SnapshotError),
+    /// A fork was refused or failed (its snapshot's reasons are
+    /// [`ManagerError::Snapshot`]).
+    #[error(transparent)]
+    Fork(#[from] fork::ForkError),
 }
 
 #[derive(Default)]
@@ -89,6 +95,9 @@ struct State {
     /// Owners whose snapshots a previous host left, until their first
     /// kernel here (`snapshots.rs`).
     restart_snapshots: std::collections::HashSet<String>,
+    /// New sessions a fork made (their snapshot waits beside the others),
+    /// and the session each is a fork of, until their first kernel.
+    forks: HashMap<String, String>,
     closed: bool,
 }
 

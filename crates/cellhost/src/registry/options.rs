@@ -117,6 +117,17 @@ impl ManagerOptions {
         })
     }
 
+    /// The limits of a fork's snapshot: the snapshot cap, or with
+    /// snapshots off the default cap (a fork is asked for).
+    pub(crate) fn fork_limits(&self) -> crate::kernel::SnapshotLimits {
+        crate::kernel::SnapshotLimits {
+            max_bytes: self
+                .snapshots
+                .unwrap_or(crate::config::SnapshotsConfig::default().max_bytes()),
+            timeout: self.snapshot_timeout,
+        }
+    }
+
     /// Where snapshots are kept (`<data_dir>/snapshots`).
     pub fn snapshot_dir(&self) -> PathBuf {
         self.data_dir.join("snapshots")

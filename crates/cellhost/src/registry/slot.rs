@@ -73,6 +73,9 @@ pub(crate) struct Meta {
     pub in_flight: usize,
     /// Told to the first result of this entry's kernel.
     pub tombstone: Option<Tombstone>,
+    /// The session this entry's kernel is a fork of (every result says
+    /// so as `kernel.forked_from`).
+    pub forked_from: Option<String>,
 }
 
 impl Meta {
@@ -127,6 +130,7 @@ impl Slot {
                 last_used_wall: SystemTime::now(),
                 in_flight: 0,
                 tombstone,
+                forked_from: None,
             }),
         }
     }

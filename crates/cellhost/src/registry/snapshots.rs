@@ -25,19 +25,22 @@ use crate::kernel::{Kernel, SnapshotError, SnapshotLimits, StateChange};
 
 /// What the `.json` beside a snapshot says.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Meta {
+pub(super) struct Meta {
     /// The session it is of.
-    owner: String,
+    pub owner: String,
     /// Why it was taken.
-    from: RestoreFrom,
+    pub from: RestoreFrom,
     /// Unix seconds.
-    taken: u64,
+    pub taken: u64,
     /// Taken as the kernel stopped (so it is the state as it ended), not
     /// while it lived on.
-    whole: bool,
-    names: u64,
+    pub whole: bool,
+    pub names: u64,
     #[serde(default)]
-    skipped: Vec<Skipped>,
+    pub skipped: Vec<Skipped>,
+    /// The session this one is a fork of (`fork.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
 }
 
 /// Whether `key`'s kernels take snapshots, with snapshots on: local ones
@@ -46,6 +49,11 @@ struct Meta {
 /// snapshot per session.
 pub(super) fn applies(shared: &Shared, key: &KernelKey) -> Option<SnapshotLimits> {
     let max = shared.opts.snapshot_limits()?;
+    eligible(shared, key).then_some(max)
+}
+
+/// Whether `key`'s kernels can be snapshotted at all (see [`applies`]).
+pub(super) fn eligible(shared: &Shared, key: &KernelKey) -> bool {
     let spec = &key.spec;
     let tools_ok = spec.tools.is_empty()
         || spec
@@ -53,11 +61,44 @@ pub(super) fn applies(shared: &Shared, key: &KernelKey) -> Option<SnapshotLimits
             .iter()
             .map(String::as_str)
             .eq(shared.opts.tools.names());
-    (key.backend == "local" && spec.python.is_none() && spec.cwd.is_none() && tools_ok)
-        .then_some(max)
+    key.backend == "local" && spec.python.is_none() && spec.cwd.is_none() && tools_ok
 }
 
-fn paths(shared: &Shared, owner: &str) -> (PathBuf, PathBuf) {
+/// `owner`'s live kernel that can be snapshotted, and its entry (whose
+/// turn the caller takes).
+pub(super) fn live_source(
+    shared: &Shared,
+    owner: &str,
+) -> Result<std::sync::Arc<super::slot::Slot>, SnapshotError> {
+    let slots: Vec<_> = {
+        let state = shared.state();
+        state
+            .slots
+            .values()
+            .filter(|s| s.key.owner == owner)
+            .cloned()
+            .collect()
+    };
+    if let Some(slot) = slots.iter().find(|s| eligible(shared, &s.key)) {
+        return Ok(slot.clone());
+    }
+    Err(match slots.first() {
+        Some(s) if s.key.backend != "local" => SnapshotError::Unsupported {
+            backend: s.key.backend.clone(),
+        },
+        _ => SnapshotError::NoKernel,
+    })
+}
+
+/// The kernel of `slot` (its turn held), if it lives.
+pub(super) fn live_kernel(slot: &super::slot::Slot) -> Result<Kernel, SnapshotError> {
+    let kernel = slot.meta().kernel().cloned();
+    kernel
+        .filter(|k| k.pid().is_some())
+        .ok_or(SnapshotError::NoKernel)
+}
+
+pub(super) fn paths(shared: &Shared, owner: &str) -> (PathBuf, PathBuf) {
     let dir = shared.opts.snapshot_dir();
     let name = dir_name(owner);
     (
@@ -66,7 +107,7 @@ fn paths(shared: &Shared, owner: &str) -> (PathBuf, PathBuf) {
     )
 }
 
-fn now() -> u64 {
+pub(super) fn now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs())
@@ -87,11 +128,11 @@ pub(super) fn left_by_predecessor(dir: &Path) -> HashSet<String> {
         return HashSet::new();
     };
     let entries: Vec<_> = rd.flatten().collect();
-    // Half-written files of a host killed mid-snapshot never count.
+    // Half-written files of a host killed mid-snapshot (or mid-fork)
+    // never count.
     for e in &entries {
-        if e.file_name().to_string_lossy().starts_with(".tmp-")
-            || e.file_name().to_string_lossy().ends_with(".json.tmp")
-        {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with(".tmp-") || name.starts_with(".fork-") || name.ends_with(".json.tmp") {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -132,16 +173,11 @@ pub(super) async fn keep(
         whole,
         names: taken.names,
         skipped: taken.skipped.clone(),
+        forked_from: None,
     };
-    let tmp = json.with_extension("json.tmp");
-    let text = serde_json::to_vec(&meta).unwrap_or_default();
-    let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, &json));
-    if let Err(err) = written {
+    if let Err(e) = write_meta(&json, &meta) {
         remove(shared, owner);
-        return Err(SnapshotError::Io {
-            about: "write the snapshot's description",
-            err,
-        });
+        return Err(e);
     }
     Ok(SnapshotReport {
         names: taken.names,
@@ -149,6 +185,18 @@ pub(super) async fn keep(
         bytes: taken.bytes,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Write a snapshot's description beside it (atomically).
+pub(super) fn write_meta(json: &Path, meta: &Meta) -> Result<(), SnapshotError> {
+    let tmp = json.with_extension("json.tmp");
+    let text = serde_json::to_vec(meta).unwrap_or_default();
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, json))
+        .map_err(|err| SnapshotError::Io {
+            about: "write the snapshot's description",
+            err,
+        })
 }
 
 /// Snapshot each stopping kernel that takes snapshots, then kill them
@@ -202,8 +250,8 @@ pub(super) enum Loaded {
     /// Nothing to restore.
     Nothing,
     /// The snapshot was loaded: the first cell is told this instead of
-    /// the tombstone.
-    Restored(StateChange, Restored),
+    /// the tombstone; the session this one is a fork of, if it is one.
+    Restored(StateChange, Restored, Option<String>),
     /// It could not be: the first cell is told this instead.
     Failed(StateChange),
 }
@@ -218,14 +266,21 @@ pub(super) async fn restore(
     tombstone: Option<&Tombstone>,
     restart: bool,
     reset: bool,
+    forked: Option<&str>,
 ) -> Loaded {
-    let Some(max) = applies(shared, key) else {
-        return Loaded::Nothing;
+    // A fork's copy is loaded even with snapshots off: it was asked for.
+    let limits = match (applies(shared, key), forked) {
+        (Some(max), _) => max,
+        (None, Some(_)) if eligible(shared, key) => shared.opts.fork_limits(),
+        _ => return Loaded::Nothing,
     };
     let owner = &key.owner;
     let (zst, json) = paths(shared, owner);
     let why = match tombstone {
         _ if reset => None,
+        _ if forked.is_some() => Some(StateChange::Forked {
+            from: forked.unwrap_or_default().to_owned(),
+        }),
         Some(Tombstone::Evicted { max_kernels }) => Some(StateChange::Evicted {
             max_kernels: *max_kernels,
         }),
@@ -248,7 +303,7 @@ pub(super) async fn restore(
         return Loaded::Nothing;
     };
     let age = now().saturating_sub(meta.taken);
-    let loaded = kernel.restore_from(&zst, max).await;
+    let loaded = kernel.restore_from(&zst, limits).await;
     remove(shared, owner); // consumed, loaded or not
     let why = Box::new(why);
     match loaded {
@@ -275,7 +330,7 @@ pub(super) async fn restore(
                 from,
                 age_seconds: age,
             };
-            Loaded::Restored(change, restored)
+            Loaded::Restored(change, restored, meta.forked_from.clone())
         }
         Err(e) => Loaded::Failed(StateChange::RestoreFailed {
             why,
@@ -298,32 +353,9 @@ impl super::KernelManager {
         let Some(max) = self.shared.opts.snapshot_limits() else {
             return Err(SnapshotError::Off.into());
         };
-        let slots: Vec<_> = {
-            let state = self.shared.state();
-            state
-                .slots
-                .values()
-                .filter(|s| s.key.owner == owner)
-                .cloned()
-                .collect()
-        };
-        let Some(slot) = slots
-            .iter()
-            .find(|s| applies(&self.shared, &s.key).is_some())
-        else {
-            return Err(match slots.first() {
-                Some(s) if s.key.backend != "local" => SnapshotError::Unsupported {
-                    backend: s.key.backend.clone(),
-                },
-                _ => SnapshotError::NoKernel,
-            }
-            .into());
-        };
+        let slot = live_source(&self.shared, owner)?;
         let _turn = slot.turn.lock().await;
-        let kernel = slot.meta().kernel().cloned();
-        let Some(kernel) = kernel.filter(|k| k.pid().is_some()) else {
-            return Err(SnapshotError::NoKernel.into());
-        };
+        let kernel = live_kernel(&slot)?;
         Ok(keep(
             &self.shared,
             owner,

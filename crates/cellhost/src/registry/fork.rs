@@ -1,0 +1,287 @@
+//! Forking a session (docs/snapshots.md): new sessions that start with an
+//! independent copy of a source session's interpreter state and workspace
+//! files.
+//!
+//! The path built is snapshot and restore: between the source's cells
+//! (its turn held, so its state and files hold still), its namespace is
+//! snapshotted once and its workspace's files are copied into each new
+//! session's workspace, through the same `openat` walks the file API uses
+//! (never through a symlink, counted against the target's quota). Each
+//! target gets the snapshot as its own, and its first kernel loads it
+//! before its first cell, which says so (`kernel.restored` with `from:
+//! "fork"`; every result of that kernel carries `kernel.forked_from`).
+//! Nothing is shared after the fork: each side's variables and files are
+//! its own. A target must be new: no kernel, no snapshot, no files.
+//!
+//! The process path (the runner `fork()`s and the child is re-homed as a
+//! kernel of its own, copy-on-write) is not built yet; the answer says
+//! which path ran.
+
+use std::collections::HashSet;
+use std::time::Instant;
+
+use cellhost_protocol::{ForkPath, ForkReport, Forked, RestoreFrom};
+
+use super::key::validate_owner;
+use super::snapshots::{self, Meta};
+use super::{KernelManager, ManagerError};
+use crate::files::{EntryType, FileError, Opened, Workspace, WriteLimits};
+use crate::kernel::SnapshotError;
+
+/// At most this many new sessions per fork.
+pub const MAX_FORK_TARGETS: usize = 16;
+
+/// At most this many workspace entries are copied per fork.
+const MAX_ENTRIES: usize = 100_000;
+
+/// Why the process path did not run (all forks, until it is built).
+const FALLBACK: &str =
+    "a process fork is not built yet; the state was copied by snapshot and restore";
+
+/// Why a fork was refused or failed (besides its snapshot's reasons).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ForkError {
+    /// No target was named.
+    #[error("name at least one new session to fork into (`into`: a name or a list of names)")]
+    NoTargets,
+    /// Too many targets at once.
+    #[error("a fork makes at most {max} sessions at once; {asked} were asked for")]
+    TooMany {
+        /// [`MAX_FORK_TARGETS`].
+        max: usize,
+        /// How many were asked for.
+        asked: usize,
+    },
+    /// A target was named twice, or is the source.
+    #[error("session {0} is named twice (or is the source); name each new session once")]
+    Repeated(String),
+    /// A target already has a kernel, a snapshot or files.
+    #[error("session {target} {why}: fork into a new session, or dispose of this one first")]
+    TargetInUse {
+        /// The target.
+        target: String,
+        /// What it has.
+        why: &'static str,
+    },
+    /// The source's workspace could not be copied (the target's quota,
+    /// or a file operation).
+    #[error("could not copy the workspace into {target}")]
+    Workspace {
+        /// The target.
+        target: String,
+        /// The failure.
+        #[source]
+        err: FileError,
+    },
+}
+
+impl KernelManager {
+    /// Fork `source`'s live (local, default-spec) kernel into each of
+    /// `into` (new sessions, or delegated children): each starts with an
+    /// independent copy of the source's state (loaded before its first
+    /// cell) and of its workspace files. The source runs on untouched.
+    ///
+    /// # Errors
+    /// Invalid names, too many or repeated targets, a target in use, the
+    /// source's snapshot (no live kernel, the cap, the runner's reason),
+    /// or the workspace copy (a target's quota).
+    pub async fn fork(&self, source: &str, into: &[String]) -> Result<ForkReport, ManagerError> {
+        validate_owner(source)?;
+        if into.is_empty() {
+            return Err(ForkError::NoTargets.into());
+        }
+        if into.len() > MAX_FORK_TARGETS {
+            return Err(ForkError::TooMany {
+                max: MAX_FORK_TARGETS,
+                asked: into.len(),
+            }
+            .into());
+        }
+        let mut seen = HashSet::from([source]);
+        for t in into {
+            validate_owner(t)?;
+            if !seen.insert(t.as_str()) {
+                return Err(ForkError::Repeated(t.clone()).into());
+            }
+        }
+        let slot = snapshots::live_source(&self.shared, source)?;
+        let _turn = slot.turn.lock().await;
+        let kernel = snapshots::live_kernel(&slot)?;
+        // No kernel of a target starts, and none is disposed, while its
+        // copy is made (striped locks, each once, in order).
+        let mut held = Vec::new();
+        for stripe in self.shared.starts.stripes_of(into) {
+            held.push(stripe.write().await);
+        }
+        for t in into {
+            self.check_new(t).await?;
+        }
+        let dir = self.shared.opts.snapshot_dir();
+        std::fs::create_dir_all(&dir).map_err(|err| SnapshotError::Io {
+            about: "make the snapshot directory",
+            err,
+        })?;
+        let tmp = dir.join(format!(".fork-{}.zst", crate::sys::random_hex(6)));
+        let started = Instant::now();
+        let taken = kernel
+            .snapshot_to(&tmp, self.shared.opts.fork_limits())
+            .await;
+        let taken = match taken {
+            Ok(t) => t,
+            Err(e) => {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e.into());
+            }
+        };
+        let snapshot_seconds = started.elapsed().as_secs_f64();
+        let from_ws = self.workspace(source)?;
+        let mut report = ForkReport {
+            from: source.to_owned(),
+            into: Vec::with_capacity(into.len()),
+        };
+        for (i, t) in into.iter().enumerate() {
+            let started = Instant::now();
+            let made = self.make_fork(source, t, &tmp, &taken, &from_ws).await;
+            let workspace_bytes = match made {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    // All or nothing: the targets made so far go too.
+                    for done in &into[..i] {
+                        self.undo_fork(done).await;
+                    }
+                    self.undo_fork(t).await;
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e);
+                }
+            };
+            report.into.push(Forked {
+                session: t.clone(),
+                kernel_id: None,
+                path: ForkPath::Snapshot,
+                fallback_reason: Some(FALLBACK.into()),
+                workspace_bytes,
+                seconds: snapshot_seconds + started.elapsed().as_secs_f64(),
+            });
+        }
+        let _ = std::fs::remove_file(&tmp);
+        {
+            let mut state = self.shared.state();
+            for t in into {
+                state.forks.insert(t.clone(), source.to_owned());
+            }
+        }
+        drop(held);
+        Ok(report)
+    }
+
+    /// Refuse a target that is not new.
+    async fn check_new(&self, target: &str) -> Result<(), ManagerError> {
+        let in_use = |why| ForkError::TargetInUse {
+            target: target.to_owned(),
+            why,
+        };
+        let has_kernel = {
+            let state = self.shared.state();
+            state.slots.keys().any(|k| k.owner == target) || state.forks.contains_key(target)
+        };
+        if has_kernel {
+            return Err(in_use("has a kernel (or a fork waiting for its first cell)").into());
+        }
+        if snapshots::paths(&self.shared, target).1.exists() {
+            return Err(in_use("has a snapshot of its own state").into());
+        }
+        let listing = self
+            .workspace(target)?
+            .list("", false, 1)
+            .await
+            .map_err(|err| ForkError::Workspace {
+                target: target.to_owned(),
+                err,
+            })?;
+        if !listing.entries.is_empty() {
+            return Err(in_use("has files in its workspace").into());
+        }
+        Ok(())
+    }
+
+    /// One target: the workspace copy, then the snapshot as its own.
+    /// Returns the bytes copied.
+    async fn make_fork(
+        &self,
+        source: &str,
+        target: &str,
+        tmp: &std::path::Path,
+        taken: &crate::kernel::SnapshotSummary,
+        from_ws: &Workspace,
+    ) -> Result<u64, ManagerError> {
+        let to_ws = self.workspace(target)?;
+        let bytes = copy_workspace(from_ws, &to_ws)
+            .await
+            .map_err(|err| ForkError::Workspace {
+                target: target.to_owned(),
+                err,
+            })?;
+        let (zst, json) = snapshots::paths(&self.shared, target);
+        let linked = std::fs::hard_link(tmp, &zst).or_else(|_| std::fs::copy(tmp, &zst).map(drop));
+        linked.map_err(|err| SnapshotError::Io {
+            about: "copy the fork's snapshot",
+            err,
+        })?;
+        let meta = Meta {
+            owner: target.to_owned(),
+            from: RestoreFrom::Fork,
+            taken: snapshots::now(),
+            whole: true,
+            names: taken.names,
+            skipped: taken.skipped.clone(),
+            forked_from: Some(source.to_owned()),
+        };
+        snapshots::write_meta(&json, &meta)?;
+        Ok(bytes)
+    }
+
+    /// Take back what a failed fork made for `target`.
+    async fn undo_fork(&self, target: &str) {
+        snapshots::remove(&self.shared, target);
+        if let Ok(ws) = self.workspace(target) {
+            if let Ok(listing) = ws.list("", false, MAX_ENTRIES).await {
+                for e in listing.entries {
+                    let _ = ws.remove(&e.path, true).await;
+                }
+            }
+        }
+    }
+}
+
+/// Copy every regular file of `from` into `to` (directories made on the
+/// way; symlinks and special files are not copied). Returns the bytes.
+async fn copy_workspace(from: &Workspace, to: &Workspace) -> Result<u64, FileError> {
+    let listing = from.list("", true, MAX_ENTRIES).await?;
+    if listing.truncated {
+        return Err(FileError::Io {
+            about: "list the workspace: it has over 100000 entries, too many to fork",
+            err: std::io::Error::other("too many entries"),
+        });
+    }
+    let mut bytes = 0;
+    for entry in listing.entries {
+        if entry.kind != EntryType::File || entry.name.starts_with(crate::files::UPLOAD_PREFIX) {
+            continue;
+        }
+        // Gone or changed into something else since the listing: skipped.
+        let Ok(Opened::File(reader)) = from.open(&entry.path).await else {
+            continue;
+        };
+        let size = reader.size;
+        let body = reader.range(0, size).await.map_err(|err| FileError::Io {
+            about: "read a workspace file",
+            err,
+        })?;
+        let written = to
+            .write(&entry.path, body, WriteLimits { max_bytes: None })
+            .await?;
+        bytes += written.size;
+    }
+    Ok(bytes)
+}
