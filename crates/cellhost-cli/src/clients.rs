@@ -350,6 +350,34 @@ pub(crate) async fn snapshot(client: ClientArgs, session: String, json: bool) ->
     )
 }
 
+pub(crate) async fn fork(client: ClientArgs, session: String, into: Vec<String>, json: bool) -> u8 {
+    report(
+        async {
+            let server = connect(&client)?;
+            let path = format!("/v1/sessions/{}/fork", segment(&session));
+            let body = serde_json::json!({ "into": into });
+            let v: cellhost_protocol::ForkReport =
+                server.json(Method::POST, &path, Some(body)).await?;
+            if json {
+                println!("{}", serde_json::to_string(&v).unwrap_or_default());
+                return Ok(0);
+            }
+            for f in &v.into {
+                let path = match f.path {
+                    cellhost_protocol::ForkPath::Process => "process fork",
+                    _ => "snapshot and restore",
+                };
+                println!(
+                    "session {session} forked into {} ({path}, {} workspace bytes, {:.3} s)",
+                    f.session, f.workspace_bytes, f.seconds
+                );
+            }
+            Ok(0)
+        }
+        .await,
+    )
+}
+
 pub(crate) async fn history(args: HistoryArgs) -> u8 {
     report(
         async {

@@ -80,6 +80,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Fork a session's live kernel into new sessions (docs/snapshots.md):
+    /// each starts with a copy of its state and workspace files, and is
+    /// independent from then on.
+    Fork {
+        #[command(flatten)]
+        client: ClientArgs,
+        /// The session to fork.
+        #[arg(short, long)]
+        session: String,
+        /// A new session (repeat for several; each must not exist yet).
+        #[arg(long, required = true)]
+        into: Vec<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Show a session's recorded cells, oldest first.
     History(HistoryArgs),
     /// Copy a file into or out of a session's workspace:
@@ -307,6 +323,12 @@ fn main() -> ExitCode {
                 session,
                 json,
             } => clients::snapshot(client, session, json).await,
+            Command::Fork {
+                client,
+                session,
+                into,
+                json,
+            } => clients::fork(client, session, into, json).await,
             Command::History(args) => clients::history(args).await,
             Command::Cp { client, src, dst } => files::cp(client, src, dst).await,
             Command::Ls {

@@ -572,6 +572,23 @@ fn a_daemon_restarted_with_sigterm_gives_sessions_their_state_back() {
         "{:?}",
         text(&o)
     );
+    // A fork before the restart: its copy waits for its first cell, and
+    // the restart keeps it waiting.
+    let o = d.cli(&["fork", "-s", "r", "--into", "f1", "--into", "f2"]);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out} {err}");
+    assert!(
+        out.contains("session r forked into f1 (snapshot and restore")
+            && out.contains("forked into f2"),
+        "{out}"
+    );
+    let o = d.cli(&["exec", "-s", "f1", "--json", "rows.append(3)\nrows"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!(v["value"], "[1, 2, 3]", "{v}");
+    assert_eq!(v["kernel"]["forked_from"], "r", "{v}");
+    let o = d.cli(&["fork", "-s", "r", "--into", "f1"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(text(&o).1.contains("dispose"), "{:?}", text(&o));
     assert_eq!(d.stop(), Some(0));
 
     let d = Daemon::none(data.path());
@@ -589,4 +606,10 @@ fn a_daemon_restarted_with_sigterm_gives_sessions_their_state_back() {
         note.contains("daemon restarted") && note.contains("Not restored: sock"),
         "{note}"
     );
+    // f2 never ran before the restart: it still starts as r's fork.
+    let o = d.cli(&["exec", "-s", "f2", "--json", "rows"]);
+    let v: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+    assert_eq!(v["value"], "[1, 2]", "{v}");
+    assert_eq!(v["kernel"]["restored"]["from"], "fork", "{v}");
+    assert_eq!(v["kernel"]["forked_from"], "r", "{v}");
 }

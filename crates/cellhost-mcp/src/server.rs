@@ -27,7 +27,7 @@ use crate::hygiene::{Activity, HttpService};
 use crate::progress;
 use crate::render;
 use crate::runner::CellRunner;
-use crate::tools::{self, ExecuteArgs, NoArgs, SessionArgs};
+use crate::tools::{self, ExecuteArgs, ForkArgs, NoArgs, SessionArgs};
 
 /// How long an HTTP MCP session lives without traffic: past the longest
 /// cell timeout (one day).
@@ -267,6 +267,39 @@ impl McpServer {
         Ok(structured(text, serde_json::json!({ "disposed": n })))
     }
 
+    async fn fork(
+        &self,
+        args: ForkArgs,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, String> {
+        let source = self.owner(args.session, &ctx)?;
+        let caller = Self::caller(&ctx);
+        let mut into = Vec::with_capacity(args.into.len());
+        for name in &args.into {
+            validate_owner(name).map_err(|e| e.to_string())?;
+            into.push(caller.key(name));
+        }
+        let mut report = self
+            .runner
+            .manager()
+            .fork(&source, &into)
+            .await
+            .map_err(|e| cellhost::error_chain(&e))?;
+        report.from = caller.name_of(&source).unwrap_or(&source).to_owned();
+        for (forked, name) in report.into.iter_mut().zip(&args.into) {
+            forked.session = name.clone();
+        }
+        let names: Vec<String> = args.into.iter().map(|n| format!("{n:?}")).collect();
+        let text = format!(
+            "Forked session {:?} into {}: each starts with a copy of its current state and \
+             files (loaded before its first cell) and is independent from now on.",
+            report.from,
+            names.join(", ")
+        );
+        let value = serde_json::to_value(&report).unwrap_or_default();
+        Ok(structured(text, value))
+    }
+
     /// The live kernels the caller may see, named as it names them.
     fn list(&self, caller: &Caller) -> CallToolResult {
         let kernels: Vec<_> = self
@@ -320,9 +353,13 @@ impl McpServer {
                 tools::parse::<NoArgs>(tools::LIST, args)?;
                 Ok(self.list(&Self::caller(&ctx)))
             }
+            tools::FORK => {
+                let a = tools::parse_required::<ForkArgs>(tools::FORK, args)?;
+                self.fork(a, ctx).await
+            }
             other => Err(format!(
-                "unknown tool {other:?}; cellhost offers execute_code, interrupt, reset_session \
-                 and list_kernels"
+                "unknown tool {other:?}; cellhost offers execute_code, interrupt, reset_session, \
+                 fork_session and list_kernels"
             )),
         }
     }

@@ -12,6 +12,7 @@ pub(crate) const EXECUTE: &str = "execute_code";
 pub(crate) const INTERRUPT: &str = "interrupt";
 pub(crate) const RESET: &str = "reset_session";
 pub(crate) const LIST: &str = "list_kernels";
+pub(crate) const FORK: &str = "fork_session";
 
 const EXECUTE_DESCRIPTION: &str = "Run Python code in a persistent kernel that belongs to this \
 conversation: variables, imports, functions and files persist from call to call (like a \
@@ -59,6 +60,16 @@ pub(crate) struct SessionArgs {
     pub session: Option<String>,
 }
 
+/// `fork_session`'s arguments.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ForkArgs {
+    /// The new sessions.
+    pub into: Vec<String>,
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
 /// `list_kernels` takes none.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -87,7 +98,7 @@ pub(crate) fn parse_required<T: for<'de> Deserialize<'de>>(
 const SESSION_PROP: &str = "Run in this named session's kernel instead of this connection's \
 (a stable id such as a conversation id; it outlives the connection).";
 
-/// The four tools; `functions` are the code-mode functions a cell may call
+/// The tools; `functions` are the code-mode functions a cell may call
 /// (one line each), listed in `execute_code`'s description.
 pub(crate) fn definitions(functions: &[String]) -> Vec<Tool> {
     let mut description = EXECUTE_DESCRIPTION.to_owned();
@@ -147,6 +158,27 @@ pub(crate) fn definitions(functions: &[String]) -> Vec<Tool> {
                 .idempotent(true),
         ),
         tool(
+            FORK,
+            "Copy this conversation's live Python state (variables, functions, imports) and its \
+             workspace files into new sessions, to try different approaches side by side: each \
+             new session starts where this one is now and is independent from then on (run code \
+             in one with execute_code's `session` argument). This session is not changed."
+                .to_owned(),
+            json!({
+                "type": "object",
+                "properties": {
+                    "into": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 16, "description": "New session ids (each must not exist yet)."},
+                    "session": {"type": "string", "description": "Fork this named session instead of this connection's."},
+                },
+                "required": ["into"],
+                "additionalProperties": false,
+            }),
+            ToolAnnotations::new()
+                .read_only(false)
+                .destructive(false)
+                .idempotent(false),
+        ),
+        tool(
             LIST,
             "List the live kernels of this cellhost: owner, state, idle time, memory, cells run."
                 .to_owned(),
@@ -188,7 +220,7 @@ mod tests {
     fn execute_lists_the_code_mode_functions() {
         let defs = definitions(&["tools.fs.read(*, path: string): Read a file.".to_owned()]);
         let names: Vec<&str> = defs.iter().map(|t| t.name.as_ref()).collect();
-        assert_eq!(names, [EXECUTE, INTERRUPT, RESET, LIST]);
+        assert_eq!(names, [EXECUTE, INTERRUPT, RESET, FORK, LIST]);
         let d = defs[0].description.as_deref().unwrap();
         assert!(
             d.contains("- tools.fs.read(*, path: string): Read a file."),

@@ -27,8 +27,8 @@ pub use events::{
 };
 pub use request::{check_timeout, ExecuteRequest, RequestError, MAX_TIMEOUT_SECONDS, MAX_TOOLS};
 pub use snapshot::{
-    ForkPath, ForkReport, ForkRequest, ForkTargets, Forked, RestoreFrom, Restored, Skipped,
-    SnapshotReport,
+    ForkPath, ForkReport, ForkRequest, ForkTarget, ForkTargets, Forked, RestoreFrom, Restored,
+    Skipped, SnapshotReport,
 };
 
 /// How a cell ended.

@@ -95,8 +95,36 @@ pub enum ForkPath {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ForkRequest {
-    /// The new session (or sessions; children `parent/child` too).
+    /// The new session, or a list of them (each a session id, or
+    /// `{"session", "child"}` for a delegated child).
     pub into: ForkTargets,
+}
+
+/// One new session of a fork: a session id, or a session's delegated
+/// child.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(untagged)]
+pub enum ForkTarget {
+    /// `"s2"`.
+    Session(String),
+    /// `{"session": "s2", "child": "worker"}`.
+    Child {
+        /// The session.
+        session: String,
+        /// Its child's id.
+        child: String,
+    },
+}
+
+impl ForkTarget {
+    /// The session, and the child when it is one.
+    pub fn parts(&self) -> (&str, Option<&str>) {
+        match self {
+            ForkTarget::Session(s) => (s, None),
+            ForkTarget::Child { session, child } => (session, Some(child)),
+        }
+    }
 }
 
 /// One new session or several.
@@ -104,17 +132,17 @@ pub struct ForkRequest {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(untagged)]
 pub enum ForkTargets {
-    /// `"s2"`.
-    One(String),
-    /// `["a", "b", "c"]`.
-    Many(Vec<String>),
+    /// `"s2"` (or one child).
+    One(ForkTarget),
+    /// `["a", "b", {"session": "c", "child": "w"}]`.
+    Many(Vec<ForkTarget>),
 }
 
 impl ForkTargets {
     /// The targets as a list.
-    pub fn to_vec(&self) -> Vec<String> {
+    pub fn to_vec(&self) -> Vec<ForkTarget> {
         match self {
-            ForkTargets::One(s) => vec![s.clone()],
+            ForkTargets::One(t) => vec![t.clone()],
             ForkTargets::Many(v) => v.clone(),
         }
     }
@@ -126,6 +154,9 @@ impl ForkTargets {
 pub struct Forked {
     /// The new session.
     pub session: String,
+    /// The new session's child id, when the target was a child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child: Option<String>,
     /// Its kernel's id (`k-…`), when one is live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_id: Option<String>,
@@ -157,9 +188,12 @@ mod tests {
     #[test]
     fn fork_targets_take_a_name_or_a_list() {
         let one: ForkRequest = serde_json::from_str(r#"{"into": "s2"}"#).unwrap();
-        assert_eq!(one.into.to_vec(), vec!["s2"]);
-        let many: ForkRequest = serde_json::from_str(r#"{"into": ["a", "b/c"]}"#).unwrap();
-        assert_eq!(many.into.to_vec(), vec!["a", "b/c"]);
+        assert_eq!(one.into.to_vec(), vec![ForkTarget::Session("s2".into())]);
+        let many: ForkRequest =
+            serde_json::from_str(r#"{"into": ["a", {"session": "b", "child": "c"}]}"#).unwrap();
+        let parts: Vec<_> = many.into.to_vec();
+        let parts: Vec<_> = parts.iter().map(ForkTarget::parts).collect();
+        assert_eq!(parts, vec![("a", None), ("b", Some("c"))]);
         assert!(serde_json::from_str::<ForkRequest>(r#"{"into": 3}"#).is_err());
     }
 

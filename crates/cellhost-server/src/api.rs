@@ -115,6 +115,106 @@ pub(crate) async fn snapshot_session(
     Ok(Json(state.manager.snapshot(&key).await?))
 }
 
+/// Fork the session's live kernel into new sessions (see
+/// docs/snapshots.md): each starts with an independent copy of its state
+/// (loaded before its first cell, which says so) and of its workspace
+/// files.
+#[utoipa::path(
+    post, path = "/v1/sessions/{session}/fork",
+    params(("session" = String, Path, description = "Session id")),
+    request_body = cellhost_protocol::ForkRequest,
+    responses(
+        (status = 200, description = "The new sessions, in the order asked for, and which path made each", body = cellhost_protocol::ForkReport),
+        (status = 400, description = "No, too many, repeated or invalid targets", body = crate::error::ErrorBody),
+        (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
+        (status = 409, description = "No live kernel, or a target already has a kernel, a snapshot or files", body = crate::error::ErrorBody),
+        (status = 413, description = "The state is over [snapshots] max_mib", body = crate::error::ErrorBody),
+        (status = 507, description = "The files are over a target's workspace quota", body = crate::error::ErrorBody),
+    )
+)]
+pub(crate) async fn fork_session(
+    State(state): State<AppState>,
+    scope: Scope,
+    session: Result<Path<String>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<cellhost_protocol::ForkReport>, ApiError> {
+    let Path(session) = session.map_err(path_error)?;
+    let source = scope.key(&session);
+    fork(&state, &scope, &session, None, source, body).await
+}
+
+/// Fork one delegated child of the session, as `POST
+/// /v1/sessions/{session}/fork` forks a session.
+#[utoipa::path(
+    post, path = "/v1/sessions/{session}/children/{child}/fork",
+    params(("session" = String, Path, description = "Session id"), ("child" = String, Path, description = "Child id")),
+    request_body = cellhost_protocol::ForkRequest,
+    responses(
+        (status = 200, description = "The new sessions", body = cellhost_protocol::ForkReport),
+        (status = 400, description = "Bad child id or targets", body = crate::error::ErrorBody),
+        (status = 404, description = "The child has no live kernel", body = crate::error::ErrorBody),
+        (status = 409, description = "A target already has a kernel, a snapshot or files", body = crate::error::ErrorBody),
+    )
+)]
+pub(crate) async fn fork_child(
+    State(state): State<AppState>,
+    scope: Scope,
+    path: Result<Path<(String, String)>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<cellhost_protocol::ForkReport>, ApiError> {
+    let Path((session, child)) = path.map_err(path_error)?;
+    let source = cellhost::registry::child_owner(&scope.key(&session), &child)
+        .map_err(|e| ApiError::bad_request("invalid_session", e.to_string()))?;
+    fork(&state, &scope, &session, Some(child), source, body).await
+}
+
+async fn fork(
+    state: &AppState,
+    scope: &Scope,
+    session: &str,
+    child: Option<String>,
+    source: String,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<cellhost_protocol::ForkReport>, ApiError> {
+    let body = body.map_err(|r| crate::execute::body_error(r, state.options.max_body_bytes))?;
+    let req: cellhost_protocol::ForkRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::bad_request(
+            "bad_request",
+            format!("the body must be {{\"into\": \"s2\"}} or {{\"into\": [\"a\", {{\"session\": \"b\", \"child\": \"c\"}}]}}: {e}"),
+        )
+    })?;
+    if !has_kernels(state, &source) {
+        let what = match &child {
+            Some(c) => format!("session {session:?} has no live child {c:?} to fork"),
+            None => return Err(ApiError::unknown_session(session)),
+        };
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_session",
+            what,
+        ));
+    }
+    let targets = req.into.to_vec();
+    let mut owners = Vec::with_capacity(targets.len());
+    for t in &targets {
+        let (s, c) = t.parts();
+        owners.push(match c {
+            None => scope.key(s),
+            Some(c) => cellhost::registry::child_owner(&scope.key(s), c)
+                .map_err(|e| ApiError::bad_request("invalid_session", e.to_string()))?,
+        });
+    }
+    let mut report = state.manager.fork(&source, &owners).await?;
+    // The caller's names, not the tenant-scoped keys.
+    report.from = session.to_owned();
+    for (forked, t) in report.into.iter_mut().zip(&targets) {
+        let (s, c) = t.parts();
+        forked.session = s.to_owned();
+        forked.child = c.map(str::to_owned);
+    }
+    Ok(Json(report))
+}
+
 /// Dispose of the session: kill its kernels and its children's (a reset:
 /// the next cell starts fresh and says so). History is kept.
 #[utoipa::path(

@@ -125,6 +125,7 @@ impl From<cellhost::registry::ManagerError> for ApiError {
                 ),
             ),
             ManagerError::Snapshot(e) => snapshot_error(&e),
+            ManagerError::Fork(e) => fork_error(e),
             // A failure the library added later: a 500 that still names it.
             other => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -132,6 +133,25 @@ impl From<cellhost::registry::ManagerError> for ApiError {
                 cellhost::error_chain(&other),
             ),
         }
+    }
+}
+
+/// A fork refused or failed: what the caller can do about it.
+fn fork_error(e: cellhost::registry::ForkError) -> ApiError {
+    use cellhost::registry::ForkError;
+    let text = cellhost::error_chain(&e);
+    match e {
+        ForkError::TargetInUse { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "fork_target_in_use", text)
+        }
+        ForkError::Workspace { err, .. } => {
+            let mut api = ApiError::from(err);
+            if api.status != StatusCode::INTERNAL_SERVER_ERROR {
+                api.message = text; // which target, and why
+            }
+            api
+        }
+        _ => ApiError::bad_request("invalid_fork", text),
     }
 }
 

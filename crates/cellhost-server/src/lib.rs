@@ -181,6 +181,11 @@ pub fn router(state: AppState) -> Router {
             "/v1/sessions/{session}/snapshot",
             post(api::snapshot_session),
         )
+        .route("/v1/sessions/{session}/fork", post(api::fork_session))
+        .route(
+            "/v1/sessions/{session}/children/{child}/fork",
+            post(api::fork_child),
+        )
         .route("/v1/sessions/{session}", delete(api::dispose_session))
         .route(
             "/v1/sessions/{session}/children/{child}",

@@ -647,6 +647,88 @@ async fn sse_ends_with_an_error_when_the_kernel_cannot_start() {
 }
 
 #[tokio::test]
+async fn the_fork_route_makes_independent_sessions_and_children_and_refuses_with_reasons() {
+    let s = server().await; // snapshots off: a fork is asked for, so it runs
+    s.exec("a", "x = 1\nopen('f.txt', 'w').write('from a')")
+        .await;
+    let (st, v) = s
+        .post(
+            "/v1/sessions/a/fork",
+            r#"{"into": ["b", {"session": "a", "child": "w"}]}"#,
+        )
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["from"], "a");
+    assert_eq!(v["into"][0]["session"], "b");
+    assert_eq!(v["into"][0]["path"], "snapshot");
+    assert_eq!(v["into"][0]["workspace_bytes"], 6);
+    assert!(v["into"][0]["fallback_reason"].is_string(), "{v}");
+    assert_eq!(v["into"][1]["session"], "a");
+    assert_eq!(v["into"][1]["child"], "w");
+    let r = s.exec("b", "x += 1\n(x, open('f.txt').read())").await;
+    assert_eq!(r["value"], "(2, 'from a')", "{r}");
+    assert_eq!(r["kernel"]["forked_from"], "a", "{r}");
+    assert_eq!(r["kernel"]["restored"]["from"], "fork", "{r}");
+    assert_eq!(r["kernel"]["state_lost"], false, "{r}");
+    let body = serde_json::json!({"code": "x", "child": "w"}).to_string();
+    let (st, r) = s.post("/v1/sessions/a/execute", &body).await;
+    assert_eq!(
+        (st, &r["value"]),
+        (StatusCode::OK, &serde_json::json!("1")),
+        "{r}"
+    );
+    assert_eq!(r["kernel"]["forked_from"], "a", "{r}");
+    assert_eq!(
+        s.exec("a", "x").await["value"],
+        "1",
+        "the source is untouched"
+    );
+    // The child forks too.
+    let (st, v) = s
+        .post("/v1/sessions/a/children/w/fork", r#"{"into": "c"}"#)
+        .await;
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(s.exec("c", "x").await["value"], "1");
+
+    for (path, body, want) in [
+        (
+            "/v1/sessions/a/fork",
+            r#"{"into": "b"}"#,
+            (StatusCode::CONFLICT, "fork_target_in_use"),
+        ),
+        (
+            "/v1/sessions/a/fork",
+            r#"{"into": []}"#,
+            (StatusCode::BAD_REQUEST, "invalid_fork"),
+        ),
+        (
+            "/v1/sessions/a/fork",
+            r#"{"into": ["d", "d"]}"#,
+            (StatusCode::BAD_REQUEST, "invalid_fork"),
+        ),
+        (
+            "/v1/sessions/a/fork",
+            r#"{"onto": "d"}"#,
+            (StatusCode::BAD_REQUEST, "bad_request"),
+        ),
+        (
+            "/v1/sessions/nobody/fork",
+            r#"{"into": "d"}"#,
+            (StatusCode::NOT_FOUND, "unknown_session"),
+        ),
+        (
+            "/v1/sessions/a/children/none/fork",
+            r#"{"into": "d"}"#,
+            (StatusCode::NOT_FOUND, "unknown_session"),
+        ),
+    ] {
+        let (st, v) = s.post(path, body).await;
+        assert_eq!((st, error_code(&v)), want, "{path} {body}: {v}");
+    }
+    s.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_snapshot_route_reports_what_it_kept_and_refuses_with_reasons() {
     let s = server().await; // snapshots off (the library's default)
     s.exec("a", "x = 1").await;

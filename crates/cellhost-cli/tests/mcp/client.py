@@ -36,7 +36,7 @@ async def run(client, code, **kw):
 async def check_basics(s):
     listed = await s.list_tools()
     names = sorted(t.name for t in listed.tools)
-    assert names == ["execute_code", "interrupt", "list_kernels", "reset_session"], names
+    assert names == ["execute_code", "fork_session", "interrupt", "list_kernels", "reset_session"], names
     # The model is told its environment and dialect.
     desc = next(t for t in listed.tools if t.name == "execute_code").description
     assert re.search(r"Environment: Python 3\.\d+\.\d+", desc), desc
@@ -99,6 +99,20 @@ async def check_basics(s):
     r = await run(s, "z")
     assert "7" in text(r), text(r)
     assert time.monotonic() - t0 < 15, "the cancelled cell was not interrupted"
+
+    # fork_session: a new session starts with a copy of this one's state,
+    # and is its own from then on.
+    await run(s, "fk = 41")
+    tgt = "fork-" + os.urandom(4).hex()
+    r = await s.call_tool("fork_session", {"into": [tgt]})
+    assert not r.is_error and r.structured_content["into"][0]["session"] == tgt, r
+    assert "Forked session" in text(r), text(r)
+    r = await run(s, "fk += 1\nfk", session=tgt)
+    assert "42" in text(r) and "fork of" in text(r), text(r)
+    r = await run(s, "fk")
+    assert "41" in text(r), text(r)
+    r = await s.call_tool("fork_session", {"into": [tgt]})
+    assert r.is_error and "dispose" in text(r), text(r)
 
     # interrupt with nothing running, list_kernels, reset_session.
     r = await s.call_tool("interrupt", {})

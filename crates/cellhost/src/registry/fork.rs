@@ -157,6 +157,7 @@ impl KernelManager {
             };
             report.into.push(Forked {
                 session: t.clone(),
+                child: None,
                 kernel_id: None,
                 path: ForkPath::Snapshot,
                 fallback_reason: Some(FALLBACK.into()),
