@@ -61,7 +61,15 @@ async fn a_fork_is_independent_of_its_source_in_state_and_files() {
     // Snapshots off: a fork is asked for, so it works all the same.
     let m = KernelManager::start(none_options(&dir)).await;
     make_source(&m, "s1").await;
+    let mut watch = m.events().subscribe("s1");
     let report = m.fork("s1", &["s2".to_owned()]).await.expect("fork");
+    let ev = watch.next().await.expect("an event");
+    assert_eq!(ev.name, "kernel");
+    assert!(
+        ev.data.contains(r#""change":"forked""#) && ev.data.contains("forked into 1 new session"),
+        "{}",
+        ev.data
+    );
     assert_eq!(report.from, "s1");
     let forked = &report.into[0];
     assert_eq!(forked.session, "s2");

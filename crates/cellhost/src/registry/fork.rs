@@ -173,6 +173,16 @@ impl KernelManager {
             }
         }
         drop(held);
+        let n = into.len();
+        let plural = if n == 1 { "session" } else { "sessions" };
+        self.shared.events.kernel(
+            source,
+            crate::events::KernelChange::Forked,
+            &format!(
+                "This session was forked into {n} new {plural}: each starts with a copy of its \
+                 state and files as they are now."
+            ),
+        );
         Ok(report)
     }
 
