@@ -6,6 +6,11 @@
 //! interpreter, in the same run. Target: ≤ 1.5× the floor plus
 //! compression.
 //!
+//! Then forks, through a `KernelManager`: `fork` of a session holding the
+//! state plus the new session's first reply (its kernel's start and the
+//! restore), against the way to the same state without a fork: a new
+//! session whose first cell re-runs the cell that built it.
+//!
 //! Usage: cellhost-bench-snapshots [--python PATH] [--out FILE]
 //! (PATH must have numpy.) Environment: BENCH_SIZES_MB (1,100,1000),
 //! BENCH_REPS (5; 2 for sizes ≥ 500 MB).
@@ -21,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use args::Args;
+use cellhost::registry::{KernelManager, ManagerOptions};
 use cellhost::{Cell, Kernel, KernelOptions};
 use serde_json::json;
 use stats::Summary;
@@ -127,11 +133,21 @@ async fn run(args: &Args) -> Result<()> {
             fl.p50 / 1e3,
             bytes as f64 / 1e6,
         );
+        let (forks, rebuilds) = forks(&args.python, mb, reps).await?;
+        let (fork, rebuild) = (Summary::of(&forks).unwrap(), Summary::of(&rebuilds).unwrap());
+        println!(
+            "{mb:>5} MB  fork to first reply p50 {:>9.1} ms = {:>5.2}x a new session re-running the cell ({:.1} ms)",
+            fork.p50 / 1e3,
+            fork.p50 / rebuild.p50,
+            rebuild.p50 / 1e3,
+        );
         rows.push(json!({
             "mb": mb, "reps": reps, "file_bytes": bytes,
             "snapshot": ms(&take), "restore": ms(&load),
             "pickle_dumps": ms(&fd), "pickle_loads": ms(&fl),
             "ratio_snapshot": take.p50 / fd.p50, "ratio_restore": load.p50 / fl.p50,
+            "fork_to_first_reply": ms(&fork), "new_session_rerun": ms(&rebuild),
+            "ratio_fork": fork.p50 / rebuild.p50, "fork_path": "snapshot",
         }));
     }
     let figures = json!({"python": args.python, "sizes": rows});
@@ -141,6 +157,51 @@ async fn run(args: &Args) -> Result<()> {
     std::fs::write(&args.out, serde_json::to_string_pretty(&figures)? + "\n")?;
     eprintln!("figures written to {}", args.out.display());
     Ok(())
+}
+
+/// `reps` forks of a session holding `mb` of state, each timed from the
+/// fork to its first reply, interleaved with as many new sessions that
+/// re-run the cell that built the state.
+async fn forks(
+    python: &std::path::Path,
+    mb: usize,
+    reps: usize,
+) -> Result<(Vec<Duration>, Vec<Duration>)> {
+    let dir = tempfile::tempdir()?;
+    let opts = ManagerOptions::new(dir.path().join("data"))
+        .kernel(KernelOptions::default().python(python))
+        .warm_pool(0)
+        .idle_timeout(None)
+        .snapshots(Some(MAX));
+    let m = KernelManager::start(opts).await;
+    let r = m.execute("src", Cell::new(make(mb))).await?;
+    if !r.is_success() {
+        bail!("making {mb} MB of state failed: {:?}", r.error);
+    }
+    let (mut forks, mut rebuilds) = (Vec::new(), Vec::new());
+    for i in 0..reps {
+        let target = format!("fork-{i}");
+        let t = Instant::now();
+        m.fork("src", std::slice::from_ref(&target)).await?;
+        let r = m.execute(&target, Cell::new("a.shape")).await?;
+        forks.push(t.elapsed());
+        if r.kernel.restored.is_none() {
+            bail!("the fork's first cell was not restored: {r:?}");
+        }
+        m.dispose_owner(&target).await;
+        let fresh = format!("rebuild-{i}");
+        let t = Instant::now();
+        let r = m
+            .execute(&fresh, Cell::new(format!("{}\na.shape", make(mb))))
+            .await?;
+        rebuilds.push(t.elapsed());
+        if !r.is_success() {
+            bail!("re-running the cell failed: {:?}", r.error);
+        }
+        m.dispose_owner(&fresh).await;
+    }
+    m.shutdown().await;
+    Ok((forks, rebuilds))
 }
 
 fn main() {
