@@ -171,6 +171,7 @@ fn brief(v: &Value) -> String {
 pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64, snapshots: std::path::PathBuf) {
     let mut rng = Rng::new(seed);
     let mut conn = Conn::new(addr, Duration::from_secs(10));
+    let mut forks = 0u64;
     while !shared.stop.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50 + rng.below(200)));
         if shared.paused.load(Ordering::SeqCst) {
@@ -186,6 +187,11 @@ pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64, snapshots: std::
         };
         if rng.below(6) == 0 {
             snapshot_then_kill(&shared, addr, &ks, &mut rng);
+            continue;
+        }
+        if rng.below(6) == 0 {
+            forks += 1;
+            fork_and_check(&shared, &mut conn, &ks, &mut rng, forks);
             continue;
         }
         let kill = rng.below(2) == 0;
@@ -229,6 +235,77 @@ pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64, snapshots: std::
             );
         }
     }
+}
+
+/// Fork a live session into a new one, run a counter cell there, check
+/// what its answer says against what it printed, and dispose of it. The
+/// source had a live kernel, so it had run a cell: a fork that says its
+/// state came back (`restored`, not lost) continues the counter (n >= 2)
+/// and names its source (a source with no globals yet excepted); one
+/// whose copy could not be loaded (a truncated
+/// file, a daemon killed in between) says the state was lost and starts
+/// over (n == 1).
+fn fork_and_check(shared: &Shared, conn: &mut Conn, ks: &Value, rng: &mut Rng, seq: u64) {
+    // Idle or busy: a fork waits for the running cell (its turn).
+    let live: Vec<&str> = ks
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter(|k| k["state"] == "idle" || k["state"] == "busy")
+                .filter_map(|k| k["owner"].as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    if live.is_empty() {
+        return;
+    }
+    let source = live[rng.below(live.len() as u64) as usize].to_owned();
+    let target = format!("fork{seq}-{}", rng.below(1 << 30));
+    // Counted busy, so a checkpoint waits for the fork's kernel to go.
+    shared.busy.fetch_add(1, Ordering::SeqCst);
+    let asked = conn.post(
+        &format!("/v1/sessions/{source}/fork"),
+        &json!({"into": target}),
+    );
+    match asked {
+        Ok((200, _)) => {
+            shared.count("fault: fork", 1);
+            let code =
+                json!({"code": "n = globals().get('n', 0) + 1\nprint(f'@n={n}', flush=True)"});
+            if let Ok((200, v)) = conn.post(&format!("/v1/sessions/{target}/execute"), &code) {
+                let n = super::model::counter(v["stdout"].as_str().unwrap_or("")).unwrap_or(0);
+                let k = &v["kernel"];
+                let lost = k["state_lost"].as_bool().unwrap_or(false);
+                let restored = k["restored"].is_object();
+                // (A source whose only cell was interrupted before its
+                // counter line had no globals: nothing to continue.)
+                let empty = k["restored"]["names"] == 0;
+                let truthful = if restored && !lost {
+                    (n >= 2 || empty) && k["forked_from"] == source.as_str()
+                } else {
+                    lost && n == 1
+                };
+                if !truthful {
+                    shared.lies.lock().unwrap().push(format!(
+                        "fork of {source} into {target}: n={n}, state_lost={lost}, restored={}, forked_from={}",
+                        k["restored"], k["forked_from"]
+                    ));
+                }
+                shared.count(
+                    if restored && !lost {
+                        "fork: state came back"
+                    } else {
+                        "fork: copy not loaded, said so"
+                    },
+                    1,
+                );
+            }
+            let _ = conn.delete(&format!("/v1/sessions/{target}"));
+        }
+        Ok(_) => shared.count("fork: refused", 1),
+        Err(_) => shared.count("fork: no answer", 1),
+    }
+    shared.busy.fetch_sub(1, Ordering::SeqCst);
 }
 
 /// Cut a random snapshot file in half: its session's next restore must
