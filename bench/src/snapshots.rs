@@ -134,7 +134,10 @@ async fn run(args: &Args) -> Result<()> {
             bytes as f64 / 1e6,
         );
         let (forks, rebuilds) = forks(&args.python, mb, reps).await?;
-        let (fork, rebuild) = (Summary::of(&forks).unwrap(), Summary::of(&rebuilds).unwrap());
+        let (fork, rebuild) = (
+            Summary::of(&forks).unwrap(),
+            Summary::of(&rebuilds).unwrap(),
+        );
         println!(
             "{mb:>5} MB  fork to first reply p50 {:>9.1} ms = {:>5.2}x a new session re-running the cell ({:.1} ms)",
             fork.p50 / 1e3,
