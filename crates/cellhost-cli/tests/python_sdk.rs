@@ -12,39 +12,14 @@ use std::process::{Command, Stdio};
 
 use common::daemon::Daemon;
 
-/// The test venv's interpreter: it has the client (from its wheel), the
-/// MCP, OpenAI and Anthropic SDKs and matplotlib. Fails, never skips,
-/// without it.
 fn venv_python() -> PathBuf {
-    let path = std::env::var_os("CELLHOST_TEST_VENV_PYTHON")
-        .map(PathBuf::from)
-        .expect(
-            "CELLHOST_TEST_VENV_PYTHON is not set: run the tests with scripts/test, which builds \
-             the test venv and installs the client's wheel into it",
-        );
-    assert!(path.exists(), "{} does not exist", path.display());
-    path
+    common::python::test_venv()
 }
 
 fn scenario(args: &[&str]) {
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../clients/python/tests/scenarios.py");
-    let out = Command::new(venv_python())
-        .arg(script)
-        .args(args)
-        .env_remove("CELLHOST_URL")
-        .env_remove("CELLHOST_TOKEN")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains(&format!("OK {}", args[0])),
-        "scenario {} failed ({}):\n{stdout}\n{stderr}",
-        args[0],
-        out.status
-    );
+    common::python::scenario(&venv_python(), &script, args);
 }
 
 /// A daemon whose kernels run on the test venv (matplotlib for displays).

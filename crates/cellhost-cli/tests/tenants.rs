@@ -13,11 +13,7 @@ mod common;
 use common::daemon::Daemon;
 
 fn python(var: &str) -> PathBuf {
-    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-        panic!("{var} is not set: run the tests with scripts/test, which builds the venvs")
-    });
-    assert!(path.exists(), "{} does not exist", path.display());
-    path
+    common::python::venv(var)
 }
 
 const CONFIG: &str = r#"
@@ -66,19 +62,7 @@ fn daemon(dir: &Path) -> Daemon {
 
 fn scenario(python: &Path, name: &str, url: &str) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tenants/scenario.py");
-    let out = Command::new(python)
-        .arg(script)
-        .args([name, url])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains(&format!("OK {name}")),
-        "scenario {name} failed ({}):\n{stdout}\n{stderr}",
-        out.status
-    );
+    common::python::scenario(python, &script, &[name, url]);
 }
 
 /// One daemon, the scenarios in order (later ones rely on the sessions

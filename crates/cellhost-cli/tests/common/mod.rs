@@ -1,3 +1,4 @@
 //! Helpers shared by the CLI's integration tests.
 
 pub(crate) mod daemon;
+pub(crate) mod python;
