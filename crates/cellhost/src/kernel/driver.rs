@@ -120,6 +120,13 @@ pub(crate) trait Driver: Send + 'static {
         None
     }
 
+    /// With no FIFO: whether the runner keeps snapshots in files of its
+    /// own host instead (a remote kernel: the stream never crosses the
+    /// transport; the host names the file, the runner caps it).
+    fn snapshot_files(&self) -> bool {
+        false
+    }
+
     /// Start a kernel.
     fn start(
         &mut self,

@@ -317,6 +317,35 @@ fn feed(fifo: &Path, src: &Path, max: u64) -> Pumped {
 }
 
 /// The runner's summary (`{"names": n, "skipped": [...]}`).
+/// The bytes a runner says it wrote to a snapshot file of its own host.
+pub(crate) fn parse_file_bytes(value: &str) -> u64 {
+    #[derive(serde::Deserialize)]
+    struct B {
+        #[serde(default)]
+        bytes: u64,
+    }
+    serde_json::from_str::<B>(value).map_or(0, |b| b.bytes)
+}
+
+impl Job {
+    /// The file name a remote runner keeps this job's snapshot under.
+    pub(crate) fn file_name(&self) -> String {
+        let path = match self {
+            Job::Take { dest, .. } => dest,
+            Job::Restore { src, .. } => src,
+        };
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn max(&self) -> u64 {
+        match self {
+            Job::Take { max, .. } | Job::Restore { max, .. } => *max,
+        }
+    }
+}
+
 pub(crate) fn parse_summary(value: &str) -> Result<(u64, Vec<Skipped>), SnapshotError> {
     #[derive(serde::Deserialize)]
     struct S {

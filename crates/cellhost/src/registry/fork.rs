@@ -106,6 +106,13 @@ impl KernelManager {
             }
         }
         let slot = snapshots::live_source(&self.shared, source)?;
+        if slot.key.backend != "local" {
+            // Its snapshot stays on the remote host: no copy to hand on.
+            return Err(SnapshotError::Unsupported {
+                backend: slot.key.backend.clone(),
+            }
+            .into());
+        }
         let _turn = slot.turn.lock().await;
         let kernel = snapshots::live_kernel(&slot)?;
         // No kernel of a target starts, and none is disposed, while its

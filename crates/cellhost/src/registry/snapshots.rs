@@ -43,8 +43,9 @@ pub(super) struct Meta {
     pub forked_from: Option<String>,
 }
 
-/// Whether `key`'s kernels take snapshots, with snapshots on: local ones
-/// of the manager's interpreter and cwd, with no tools or all of them
+/// Whether `key`'s kernels take snapshots, with snapshots on: local and
+/// remote ones (a remote snapshot stays on its host) of the manager's
+/// interpreter and cwd, with no tools or all of them
 /// (the session's default kernel over HTTP, MCP and the library), one
 /// snapshot per session.
 pub(super) fn applies(shared: &Shared, key: &KernelKey) -> Option<SnapshotLimits> {
@@ -61,7 +62,7 @@ pub(super) fn eligible(shared: &Shared, key: &KernelKey) -> bool {
             .iter()
             .map(String::as_str)
             .eq(shared.opts.tools.names());
-    key.backend == "local" && spec.python.is_none() && spec.cwd.is_none() && tools_ok
+    spec.python.is_none() && spec.cwd.is_none() && tools_ok
 }
 
 /// `owner`'s live kernel that can be snapshotted, and its entry (whose
@@ -191,7 +192,10 @@ pub(super) async fn keep(
 pub(super) fn write_meta(json: &Path, meta: &Meta) -> Result<(), SnapshotError> {
     let tmp = json.with_extension("json.tmp");
     let text = serde_json::to_vec(meta).unwrap_or_default();
-    std::fs::write(&tmp, text)
+    // A remote kernel's stream stayed on its host: the dir may be new.
+    let dir = json.parent().map(std::fs::create_dir_all);
+    dir.unwrap_or(Ok(()))
+        .and_then(|()| std::fs::write(&tmp, text))
         .and_then(|()| std::fs::rename(&tmp, json))
         .map_err(|err| SnapshotError::Io {
             about: "write the snapshot's description",

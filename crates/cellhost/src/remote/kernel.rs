@@ -355,6 +355,10 @@ impl Driver for RemoteDriver {
         self.displays = Displays::new(self.o.kernel.display.clone(), self.cleaner.clone());
     }
 
+    fn snapshot_files(&self) -> bool {
+        true
+    }
+
     async fn run(&mut self, live: &mut Live, cell: CellRun<'_>) -> Ran<Blob> {
         self.seq += 1;
         match self

@@ -124,8 +124,9 @@ def _frames(path, reply):
     return b"".join(kept)
 
 
-def _run_cell(runner, code, n):
-    """Run one cell with its output captured at fd level; returns the blob."""
+def _run_cell(runner, work, n):
+    """Run one request (`work(runner)`: a cell, or a snapshot op) with its
+    output captured at fd level; returns the blob."""
     out_p, err_p, frames_p = ("%s/%s.%s" % (DIR, k, n) for k in ("out", "err", "frames"))
     out_fd, err_fd, frames_fd = _open(out_p), _open(err_p), _open(frames_p)
     os.dup2(frames_fd, R.CTRL_OUT)
@@ -137,7 +138,7 @@ def _run_cell(runner, code, n):
     global _cell_n
     _cell_n = int(n)
     try:
-        reply = runner.run(code)
+        reply = work(runner)
     finally:
         _cell_n = None
     try:
@@ -265,11 +266,27 @@ def _file_invoke(name, args):
 
 
 def _read_request(path):
+    """What a request asks for: a function running it, returning its reply."""
     with open(path, "rb") as f:
         req = R._decode(f.read()[4:])
+    op = req.get("op", b"exec")
+    if op in (b"snapshot", b"restore"):
+        return lambda runner: _snapshot(runner, op, req)
     if "tools" in req and R._install_tools(req):
         sys.modules["tools"]._invoke = _file_invoke
-    return req.get("code", b"").decode("utf-8", "surrogateescape")
+    code = req.get("code", b"").decode("utf-8", "surrogateescape")
+    return lambda runner: runner.run(code)
+
+
+def _snapshot(runner, op, req):
+    # A snapshot stays on this host, beside the kernel dirs (which go when
+    # a runner exits), under a name the host picks: no path from it.
+    name = req.get("path", b"").decode("utf-8", "surrogateescape")
+    if not name or "/" in name or name.startswith("."):
+        return {"status": "error", "error": "ValueError: bad snapshot name %r" % (name,)}
+    path = os.path.join(os.path.dirname(DIR), "cellhost-snapshots", name)
+    most = int(req.get("max", b"0") or 0)
+    return R._snapshot_op(runner, op, path, file_max=most)
 
 
 def _pending():
@@ -300,11 +317,11 @@ def serve(idle):
             run = os.path.join(DIR, "run." + n)
             try:
                 os.rename(os.path.join(DIR, name), run)  # claim it: never run twice
-                code = _read_request(run)
+                work = _read_request(run)
             except OSError:
                 continue
             try:
-                blob, reply = _run_cell(runner, code, n)
+                blob, reply = _run_cell(runner, work, n)
             except KeyboardInterrupt:
                 continue
             _write_atomic("res." + n, blob)
@@ -320,7 +337,7 @@ def oneshot():
     blob_fd = os.dup(1)
     runner = _setup(sys.argv[4] if len(sys.argv) > 4 else "")
     code = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
-    blob, _ = _run_cell(runner, code, "1")
+    blob, _ = _run_cell(runner, lambda r: r.run(code), "1")
     view = memoryview(blob)
     while view:
         view = view[os.write(blob_fd, view):]

@@ -445,9 +445,11 @@ def _setup_display():
     os.register_at_fork(after_in_child=_after_fork)
 
 
-def _snapshot_op(runner, op, path):
+def _snapshot_op(runner, op, path, file_max=None):
     # Between cells only (the host sends it in a turn of its own): the
-    # session's namespace to or from the host's FIFO (snapshot.py).
+    # session's namespace to or from the host's FIFO (snapshot.py); with
+    # `file_max` (a remote kernel), to or from a file on this host, at most
+    # that many bytes.
     # Pickling runs the cells' code (__reduce__, __setstate__), so the op
     # is interruptible as a cell is: the host's timeout interrupts it.
     global _cell_running
@@ -457,7 +459,15 @@ def _snapshot_op(runner, op, path):
         mod = _helper("snapshot")
         _cell_running = True
         try:
-            summary = mod.take(runner.ns, path) if op == b"snapshot" else mod.load(runner.ns, path)
+            if file_max is not None:
+                if op == b"snapshot":
+                    summary = mod.take_file(runner.ns, path, file_max)
+                else:
+                    summary = mod.load_file(runner.ns, path)
+            elif op == b"snapshot":
+                summary = mod.take(runner.ns, path)
+            else:
+                summary = mod.load(runner.ns, path)
         finally:
             _cell_running = False
         return {"status": "ok", "value": json.dumps(summary)}

@@ -20,6 +20,7 @@
 # with its type and the reason, never dropped silently, and never spoils
 # the others.
 
+import os
 import pickle
 import sys
 import types
@@ -73,37 +74,92 @@ def _dumps(value):
     return data, views
 
 
+class _Capped:
+    """A file's writes, refused past `most` bytes (a remote kernel's
+    snapshot file: no host pump counts them there)."""
+
+    def __init__(self, f, most):
+        self.f, self.most, self.n = f, most, 0
+
+    def write(self, b):
+        self.n += memoryview(b).nbytes
+        if self.n > self.most:
+            raise OverflowError("the state is over the snapshot cap of %d MiB" % (self.most >> 20))
+        return self.f.write(b)
+
+
+def take_file(ns, path, most):
+    """A remote kernel's snapshot: `ns` into the regular file `path` (0600,
+    written beside it and renamed into place), at most `most` bytes; the
+    summary says how many were written."""
+    tmp = path + ".tmp"
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        with open(fd, "wb", buffering=1 << 20) as f:
+            out = _Capped(f, most)
+            summary = _take_to(ns, out)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # No snapshot stands for this state: an older one must not either.
+        for stale in (tmp, path):
+            try:
+                os.unlink(stale)
+            except OSError:
+                pass
+        raise
+    summary["bytes"] = out.n
+    return summary
+
+
+def load_file(ns, path):
+    """Load a remote kernel's snapshot file, then remove it (consumed)."""
+    try:
+        return load(ns, path)
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 def take(ns, path):
     """Write the snapshot of `ns` to `path`; returns the reply's summary."""
-    names, skipped, records = 0, [], 0
     with open(path, "wb", buffering=1 << 20) as out:
-        out.write(MAGIC)
-        header = {
-            "python": list(sys.version_info[:2]),
-            "pickler": "cloudpickle" if _cloudpickle is not None else "pickle",
-        }
-        pickle.dump(header, out, protocol=pickle.HIGHEST_PROTOCOL)
-        for name, value in _user_names(ns):
-            if isinstance(value, types.ModuleType):
-                pickle.dump(("m", name, value.__name__), out, protocol=pickle.HIGHEST_PROTOCOL)
-            else:
-                try:
-                    data, views = _dumps(value)
-                except BaseException as e:  # pickling runs user code: anything
-                    if isinstance(e, KeyboardInterrupt):
-                        raise
-                    if len(skipped) < _MAX_SKIPPED:
-                        skipped.append({"name": name, "type": _type_name(value), "why": _why(e)})
-                    continue
-                sizes = [len(data)] + [v.nbytes for v in views]
-                pickle.dump(("v", name, sizes), out, protocol=pickle.HIGHEST_PROTOCOL)
-                out.write(data)
-                for v in views:
-                    out.write(v)
-                data = views = None
-            names += 1
-            records += 1
-        pickle.dump(("end", records), out, protocol=pickle.HIGHEST_PROTOCOL)
+        return _take_to(ns, out)
+
+
+def _take_to(ns, out):
+    names, skipped, records = 0, [], 0
+    out.write(MAGIC)
+    header = {
+        "python": list(sys.version_info[:2]),
+        "pickler": "cloudpickle" if _cloudpickle is not None else "pickle",
+    }
+    pickle.dump(header, out, protocol=pickle.HIGHEST_PROTOCOL)
+    for name, value in _user_names(ns):
+        if isinstance(value, types.ModuleType):
+            pickle.dump(("m", name, value.__name__), out, protocol=pickle.HIGHEST_PROTOCOL)
+        else:
+            try:
+                data, views = _dumps(value)
+            except BaseException as e:  # pickling runs user code: anything
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                if len(skipped) < _MAX_SKIPPED:
+                    skipped.append({"name": name, "type": _type_name(value), "why": _why(e)})
+                continue
+            sizes = [len(data)] + [v.nbytes for v in views]
+            pickle.dump(("v", name, sizes), out, protocol=pickle.HIGHEST_PROTOCOL)
+            out.write(data)
+            for v in views:
+                out.write(v)
+            data = views = None
+        names += 1
+        records += 1
+    pickle.dump(("end", records), out, protocol=pickle.HIGHEST_PROTOCOL)
     return {"names": names, "skipped": skipped}
 
 

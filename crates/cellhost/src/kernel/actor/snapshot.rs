@@ -32,18 +32,29 @@ impl<D: Driver> Actor<D> {
         let Slot::Live(live) = &mut self.slot else {
             return (Err(SnapshotError::NoKernel), None);
         };
-        let Some((host_dir, kernel_dir)) = self.driver.fifo_dir(live) else {
-            let backend = self.driver.backend();
-            return (Err(SnapshotError::Unsupported { backend }), None);
-        };
-        let fifo = match Fifo::make(&host_dir) {
-            Ok(f) => f,
-            Err(e) => return (Err(e), None),
-        };
-        let in_kernel = kernel_dir.join(fifo.path.file_name().unwrap_or_default());
-        let pump = {
-            let (path, job) = (fifo.path.clone(), job.clone());
-            tokio::task::spawn_blocking(move || snapshot::pump(&path, &job))
+        // A local kernel streams through a FIFO the host pumps; a remote
+        // one keeps the snapshot in a file of its own host.
+        let (place, path) = match self.driver.fifo_dir(live) {
+            Some((host_dir, kernel_dir)) => {
+                let fifo = match Fifo::make(&host_dir) {
+                    Ok(f) => f,
+                    Err(e) => return (Err(e), None),
+                };
+                let in_kernel = kernel_dir.join(fifo.path.file_name().unwrap_or_default());
+                let pump = {
+                    let (path, job) = (fifo.path.clone(), job.clone());
+                    tokio::task::spawn_blocking(move || snapshot::pump(&path, &job))
+                };
+                (
+                    Place::Fifo(fifo, pump),
+                    in_kernel.to_string_lossy().into_owned(),
+                )
+            }
+            None if self.driver.snapshot_files() => (Place::File, job.file_name()),
+            None => {
+                let backend = self.driver.backend();
+                return (Err(SnapshotError::Unsupported { backend }), None);
+            }
         };
         let started = Instant::now();
         let mut info = KernelInfo {
@@ -58,7 +69,8 @@ impl<D: Driver> Actor<D> {
         self.driver.begin(None);
         let request = Frame::new()
             .with("op", job.op())
-            .with("path", in_kernel.to_string_lossy().as_bytes())
+            .with("path", path.as_bytes())
+            .with("max", job.max().to_string().as_bytes())
             .encode();
         let run = CellRun {
             request,
@@ -72,20 +84,21 @@ impl<D: Driver> Actor<D> {
         let (outcome, stop, mut output) = match ran {
             Ran::Done(outcome, stop, output) => (outcome, stop, output),
             Ran::NotDelivered { vacancy, .. } => {
-                let _ = fifo.release(&job, pump).await;
+                let _ = place.release(&job).await;
                 discard(&job);
                 self.vacate(vacancy).await;
                 let why = "it had died before the snapshot was asked for".to_owned();
                 return (Err(SnapshotError::KernelGone(why)), None);
             }
             Ran::Lost { detail, .. } => {
-                let _ = fifo.release(&job, pump).await;
+                let _ = place.release(&job).await;
                 discard(&job);
                 return (Err(SnapshotError::KernelGone(detail)), None);
             }
         };
         // The runner is done with its end: collect what the pump did.
-        let pumped = fifo.release(&job, pump).await;
+        let in_files = matches!(place, Place::File);
+        let pumped = place.release(&job).await;
         let timed_out = matches!(stop, Some(Stop::Timeout(_)));
         let Slot::Live(live) = &mut self.slot else {
             unreachable!("the kernel is vacated only below")
@@ -124,7 +137,12 @@ impl<D: Driver> Actor<D> {
             }),
             Some((Some(status), Some(value), _)) if status == "ok" => {
                 snapshot::parse_summary(&value).and_then(|(names, skipped)| {
-                    let (raw_bytes, bytes) = pumped?;
+                    let (raw_bytes, bytes) = if in_files {
+                        let n = snapshot::parse_file_bytes(&value);
+                        (n, n)
+                    } else {
+                        pumped?
+                    };
                     Ok(Summary {
                         names,
                         skipped,
@@ -138,6 +156,12 @@ impl<D: Driver> Actor<D> {
             Some(_) if matches!(pumped, Err(SnapshotError::TooLarge { .. })) => {
                 Err(pumped.err().unwrap_or(SnapshotError::NoKernel))
             }
+            // A remote runner counts its file against the cap itself.
+            Some((_, _, Some(error))) if in_files && error.contains("over the snapshot cap") => {
+                Err(SnapshotError::TooLarge {
+                    max_mib: job.max() >> 20,
+                })
+            }
             Some((_, _, error)) => Err(SnapshotError::Runner(
                 error.unwrap_or_else(|| "the runner gave no reason".into()),
             )),
@@ -149,6 +173,24 @@ impl<D: Driver> Actor<D> {
             discard(&job);
         }
         (result, shutdown)
+    }
+}
+
+/// Where a snapshot turn's stream goes.
+enum Place {
+    /// Through this FIFO, pumped by this blocking task.
+    Fifo(Fifo, tokio::task::JoinHandle<snapshot::Pumped>),
+    /// Into a file on the remote kernel's host.
+    File,
+}
+
+impl Place {
+    /// The runner is done: what the pump did (nothing to do for a file).
+    async fn release(self, job: &Job) -> snapshot::Pumped {
+        match self {
+            Place::Fifo(fifo, pump) => fifo.release(job, pump).await,
+            Place::File => Ok((0, 0)),
+        }
     }
 }
 
