@@ -8,17 +8,11 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
-/// The test venv's interpreter (it has the `mcp` package). Fails, never
-/// skips, without it.
+mod common;
+
+/// The test venv's interpreter (it has the `mcp` package).
 fn venv_python() -> PathBuf {
-    let path = std::env::var_os("CELLHOST_TEST_VENV_PYTHON")
-        .map(PathBuf::from)
-        .expect(
-            "CELLHOST_TEST_VENV_PYTHON is not set: run the tests with scripts/test, which builds \
-         the test venv (with the MCP Python SDK)",
-        );
-    assert!(path.exists(), "{} does not exist", path.display());
-    path
+    common::python::test_venv()
 }
 
 fn script(name: &str) -> PathBuf {
@@ -29,20 +23,7 @@ fn script(name: &str) -> PathBuf {
 
 /// Run one scenario of client.py; it must exit 0 and print its OK line.
 fn scenario(args: &[&str]) {
-    let out = Command::new(venv_python())
-        .arg(script("client.py"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && stdout.contains(&format!("OK {}", args[0])),
-        "scenario {} failed ({}):\n{stdout}\n{stderr}",
-        args[0],
-        out.status
-    );
+    common::python::scenario(&venv_python(), &script("client.py"), args);
 }
 
 #[test]
