@@ -2,7 +2,7 @@
 //! scripts/test): the stream stays on the remote host, in a file beside
 //! the kernel dirs; the host keeps only its description. An evicted
 //! remote session comes back with its state, a snapshot over the cap is
-//! refused there, and a remote session cannot be forked (yet).
+//! refused there, and a fork's copy is made there.
 
 mod common;
 
@@ -66,11 +66,41 @@ async fn an_evicted_remote_session_comes_back_with_its_state_kept_on_its_host() 
             .any(|l| l.starts_with(&format!("{owner}-"))),
         "a loaded snapshot is consumed"
     );
+    // A fork: the copy is made on the host, the new session runs there.
+    let ws = m.manager.workspace(&owner).unwrap();
+    let limits = cellhost::files::WriteLimits { max_bytes: None };
+    ws.write("f.txt", &b"remote"[..], limits).await.unwrap();
+    let target = format!("{owner}-fork");
+    let report = m
+        .manager
+        .fork(&owner, std::slice::from_ref(&target))
+        .await
+        .expect("fork");
+    assert_eq!(report.into[0].workspace_bytes, 6, "{report:?}");
+    let f = run(
+        &m.manager,
+        &target,
+        "d['k'].append(3)\n(n, d, open('f.txt').read())",
+    )
+    .await;
+    assert_eq!(
+        f.value.as_deref(),
+        Some("(6, {'k': [1, 2, 3]}, 'remote')"),
+        "{f:?}"
+    );
+    assert_eq!(f.kernel.forked_from.as_deref(), Some(owner.as_str()));
+    assert_eq!(f.kernel.backend, "box");
+    let src = run(&m.manager, &owner, "d").await;
+    assert_eq!(
+        src.value.as_deref(),
+        Some("{'k': [1, 2]}"),
+        "the source is its own"
+    );
     m.manager.shutdown().await;
 }
 
 #[tokio::test]
-async fn a_remote_snapshot_on_request_is_capped_on_its_host_and_a_fork_is_refused() {
+async fn a_remote_snapshot_on_request_is_capped_on_its_host_and_forks_are_made_there() {
     let m = remote_manager("box", docker(), |o| o.snapshots(Some(1 << 20))).await;
     let owner = format!("rd-{}", std::process::id());
     run(
@@ -101,17 +131,27 @@ async fn a_remote_snapshot_on_request_is_capped_on_its_host_and_a_fork_is_refuse
     );
     let r = run(&m.manager, &owner, "len(big) + x").await;
     assert_eq!(r.value.as_deref(), Some("2097153"), "the kernel lives on");
+    // Over the cap, a fork is refused as the snapshot is.
+    let target = format!("{owner}-f");
     let err = m
         .manager
-        .fork(&owner, &["rd-fork".to_owned()])
+        .fork(&owner, std::slice::from_ref(&target))
         .await
         .unwrap_err();
     assert!(
-        matches!(
-            err,
-            ManagerError::Snapshot(SnapshotError::Unsupported { .. })
-        ),
+        matches!(err, ManagerError::Snapshot(SnapshotError::TooLarge { .. })),
         "{err}"
+    );
+    run(&m.manager, &owner, "del big").await;
+    m.manager
+        .fork(&owner, std::slice::from_ref(&target))
+        .await
+        .expect("fork");
+    let r = run(&m.manager, &target, "x + 1").await;
+    assert_eq!(r.value.as_deref(), Some("2"), "{r:?}");
+    assert!(
+        r.kernel.restored.is_some() && r.kernel.forked_from.is_some(),
+        "{r:?}"
     );
     m.manager.shutdown().await;
 }

@@ -13,6 +13,10 @@
 //! Nothing is shared after the fork: each side's variables and files are
 //! its own. A target must be new: no kernel, no snapshot, no files.
 //!
+//! A remote source's copy stays on its host (`snapshots.rs`): it is
+//! snapshotted once per target there, and each target session runs on
+//! the source's backend.
+//!
 //! The process path (the runner `fork()`s and the child is re-homed as a
 //! kernel of its own, copy-on-write) is not built yet; the answer says
 //! which path ran.
@@ -64,6 +68,17 @@ pub enum ForkError {
         /// What it has.
         why: &'static str,
     },
+    /// A delegated child target would run on another backend than the
+    /// remote source (whose copy stays on its host).
+    #[error("{target} runs on backend {theirs}, not on {source_backend}, where its copy of the state would be; fork into a new session instead")]
+    OtherBackend {
+        /// The target.
+        target: String,
+        /// Its backend.
+        theirs: String,
+        /// The source's.
+        source_backend: String,
+    },
     /// The source's workspace could not be copied (the target's quota,
     /// or a file operation).
     #[error("could not copy the workspace into {target}")]
@@ -106,13 +121,7 @@ impl KernelManager {
             }
         }
         let slot = snapshots::live_source(&self.shared, source)?;
-        if slot.key.backend != "local" {
-            // Its snapshot stays on the remote host: no copy to hand on.
-            return Err(SnapshotError::Unsupported {
-                backend: slot.key.backend.clone(),
-            }
-            .into());
-        }
+        let backend = slot.key.backend.clone();
         let _turn = slot.turn.lock().await;
         let kernel = snapshots::live_kernel(&slot)?;
         // No kernel of a target starts, and none is disposed, while its
@@ -121,6 +130,71 @@ impl KernelManager {
         for stripe in self.shared.starts.stripes_of(into) {
             held.push(stripe.write().await);
         }
+        // A remote source's copy stays on its host: the new sessions run
+        // on its backend too.
+        let placed = self.place_targets(into, &backend)?;
+        let made = self.fork_into(source, into, &kernel, &backend).await;
+        if made.is_err() {
+            for t in placed {
+                let _ = self.shared.backends.set_session_default(&t, None);
+            }
+        }
+        let report = made?;
+        drop(held);
+        let n = into.len();
+        let plural = if n == 1 { "session" } else { "sessions" };
+        self.shared.events.kernel(
+            source,
+            crate::events::KernelChange::Forked,
+            &format!(
+                "This session was forked into {n} new {plural}: each starts with a copy of its \
+                 state and files as they are now."
+            ),
+        );
+        Ok(report)
+    }
+
+    /// For a source on remote `backend`: each target runs there too (a
+    /// session's default backend is set; a child must already be on it).
+    /// Returns the sessions whose default was set.
+    fn place_targets(&self, into: &[String], backend: &str) -> Result<Vec<String>, ManagerError> {
+        let mut placed = Vec::new();
+        if backend == "local" {
+            return Ok(placed);
+        }
+        let backends = &self.shared.backends;
+        for t in into {
+            let spec = super::key::KernelSpec::default();
+            let theirs = super::remote::key_for(&self.shared.opts, backends, t, &spec).backend;
+            if theirs == backend {
+                continue;
+            }
+            if crate::owner::session_of(t) != t.as_str() {
+                for p in &placed {
+                    let _ = backends.set_session_default(p, None);
+                }
+                return Err(ForkError::OtherBackend {
+                    target: t.clone(),
+                    theirs,
+                    source_backend: backend.to_owned(),
+                }
+                .into());
+            }
+            if backends.set_session_default(t, Some(backend)).is_ok() {
+                placed.push(t.clone());
+            }
+        }
+        Ok(placed)
+    }
+
+    /// The copies, all or nothing.
+    async fn fork_into(
+        &self,
+        source: &str,
+        into: &[String],
+        kernel: &crate::kernel::Kernel,
+        backend: &str,
+    ) -> Result<ForkReport, ManagerError> {
         for t in into {
             self.check_new(t).await?;
         }
@@ -129,17 +203,23 @@ impl KernelManager {
             about: "make the snapshot directory",
             err,
         })?;
-        let tmp = dir.join(format!(".fork-{}.zst", crate::sys::random_hex(6)));
         let started = Instant::now();
-        let taken = kernel
-            .snapshot_to(&tmp, self.shared.opts.fork_limits())
-            .await;
-        let taken = match taken {
-            Ok(t) => t,
-            Err(e) => {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(e.into());
+        // A local source is snapshotted once, the file linked to each
+        // target; a remote one once per target, on its host.
+        let tmp = dir.join(format!(".fork-{}.zst", crate::sys::random_hex(6)));
+        let once = if backend == "local" {
+            let taken = kernel
+                .snapshot_to(&tmp, self.shared.opts.fork_limits())
+                .await;
+            match taken {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e.into());
+                }
             }
+        } else {
+            None
         };
         let snapshot_seconds = started.elapsed().as_secs_f64();
         let from_ws = self.workspace(source)?;
@@ -149,7 +229,11 @@ impl KernelManager {
         };
         for (i, t) in into.iter().enumerate() {
             let started = Instant::now();
-            let made = self.make_fork(source, t, &tmp, &taken, &from_ws).await;
+            let copy = match &once {
+                Some(taken) => Copy::Linked(&tmp, taken),
+                None => Copy::Remote(kernel),
+            };
+            let made = self.make_fork(source, t, copy, &from_ws).await;
             let workspace_bytes = match made {
                 Ok(bytes) => bytes,
                 Err(e) => {
@@ -173,23 +257,10 @@ impl KernelManager {
             });
         }
         let _ = std::fs::remove_file(&tmp);
-        {
-            let mut state = self.shared.state();
-            for t in into {
-                state.forks.insert(t.clone(), source.to_owned());
-            }
+        let mut state = self.shared.state();
+        for t in into {
+            state.forks.insert(t.clone(), source.to_owned());
         }
-        drop(held);
-        let n = into.len();
-        let plural = if n == 1 { "session" } else { "sessions" };
-        self.shared.events.kernel(
-            source,
-            crate::events::KernelChange::Forked,
-            &format!(
-                "This session was forked into {n} new {plural}: each starts with a copy of its \
-                 state and files as they are now."
-            ),
-        );
         Ok(report)
     }
 
@@ -229,8 +300,7 @@ impl KernelManager {
         &self,
         source: &str,
         target: &str,
-        tmp: &std::path::Path,
-        taken: &crate::kernel::SnapshotSummary,
+        copy: Copy<'_>,
         from_ws: &Workspace,
     ) -> Result<u64, ManagerError> {
         let to_ws = self.workspace(target)?;
@@ -241,11 +311,23 @@ impl KernelManager {
                 err,
             })?;
         let (zst, json) = snapshots::paths(&self.shared, target);
-        let linked = std::fs::hard_link(tmp, &zst).or_else(|_| std::fs::copy(tmp, &zst).map(drop));
-        linked.map_err(|err| SnapshotError::Io {
-            about: "copy the fork's snapshot",
-            err,
-        })?;
+        let taken = match copy {
+            Copy::Linked(tmp, taken) => {
+                let linked =
+                    std::fs::hard_link(tmp, &zst).or_else(|_| std::fs::copy(tmp, &zst).map(drop));
+                linked.map_err(|err| SnapshotError::Io {
+                    about: "copy the fork's snapshot",
+                    err,
+                })?;
+                taken.clone()
+            }
+            // The target's own snapshot, on the source's host.
+            Copy::Remote(kernel) => {
+                kernel
+                    .snapshot_to(&zst, self.shared.opts.fork_limits())
+                    .await?
+            }
+        };
         let meta = Meta {
             owner: target.to_owned(),
             from: RestoreFrom::Fork,
@@ -270,6 +352,14 @@ impl KernelManager {
             }
         }
     }
+}
+
+/// How a target gets its snapshot.
+enum Copy<'a> {
+    /// The one taken of a local source (a hard link, else a copy).
+    Linked(&'a std::path::Path, &'a crate::kernel::SnapshotSummary),
+    /// One of its own, taken of the remote source on its host.
+    Remote(&'a crate::kernel::Kernel),
 }
 
 /// Copy every regular file of `from` into `to` (directories made on the
