@@ -166,13 +166,19 @@ async def async_(url: str) -> None:
     async with AsyncClient(url) as c:
         assert (await c.health())["status"] == "ok"
         a, b = c.session(unique("aio-a")), c.session(unique("aio-b"))
-        # Two sessions' cells run at once, not one after the other.
-        t0 = time.monotonic()
-        ra, rb = await asyncio.gather(
-            a.run("import time\ntime.sleep(1)\nv = 'a'"),
-            b.run("import time\ntime.sleep(1)\nv = 'b'"),
+        # Two sessions' cells run at once, not one after the other: a's
+        # cell waits for the file b's cell makes (no timing assumed).
+        flag = os.path.join(tempfile.gettempdir(), unique("aio-flag"))
+        wait_for_b = (
+            f"import os, time\nfor _ in range(600):\n    if os.path.exists({flag!r}): break\n"
+            "    time.sleep(0.05)\nelse:\n    raise RuntimeError('b never ran alongside')\nv = 'a'"
         )
-        assert ra.ok and rb.ok and time.monotonic() - t0 < 1.9, time.monotonic() - t0
+        ra, rb = await asyncio.gather(
+            a.run(wait_for_b),
+            b.run(f"import time\ntime.sleep(0.2)\nopen({flag!r}, 'w').close()\nv = 'b'"),
+        )
+        os.unlink(flag)
+        assert ra.ok and rb.ok, (ra, rb)
         assert (await a.run("v")).value == "'a'" and (await b.run("v")).value == "'b'"
         # Callbacks run on the loop's thread, before the result.
         loop_thread = threading.get_ident()
@@ -193,6 +199,8 @@ async def async_(url: str) -> None:
         assert await a.interrupt() == 0
         assert len(await a.history(10)) >= 3
         assert len(await a.kernels()) == 1
+        snap = await a.snapshot()
+        assert snap.names >= 1 and snap.bytes > 0, snap
         target = unique("aio-fork")
         fork = await a.fork([target])
         assert fork.into[0].session == target
