@@ -122,6 +122,7 @@ async fn displays_first(
     s: &mut Streams,
     buf: &mut [u8],
     stop: Option<Stop>,
+    held: &mut Held,
 ) -> Option<(Outcome, Option<Stop>)> {
     use std::os::fd::AsFd;
     if s.ctrl_eof {
@@ -142,6 +143,9 @@ async fn displays_first(
             Frames::Pending => continue,
             Frames::Done(frame) => return Some((Outcome::Reply(frame), stop)),
             Frames::Sync => {
+                // What was held was written before this sync: it goes
+                // before what the sync's drain reads.
+                held.release(s);
                 if let Err(detail) = order(proc, s, buf) {
                     proc.kill_now().await;
                     return Some((Outcome::Broken(detail), stop));
@@ -154,6 +158,88 @@ async fn displays_first(
         }
     }
     None
+}
+
+/// A syncing runner's output is readable: hold it, take the display
+/// frames already sent (they were written before it), then hand the
+/// output on. `Some`: the cell ended.
+async fn output_after_displays(
+    proc: &mut Process,
+    s: &mut Streams,
+    buf: &mut [u8],
+    stop: Option<Stop>,
+    woke_out: bool,
+) -> Option<(Outcome, Option<Stop>)> {
+    let mut held = Held::take(proc, s, buf, woke_out);
+    let end = displays_first(proc, s, buf, stop, &mut held).await;
+    held.release(s);
+    end
+}
+
+/// Output of a syncing runner read before its display frames are taken:
+/// the runner writes a display's frame before the output that follows
+/// it, so whatever the pipes hold now goes after every frame the reply
+/// pipe holds now (read next). Reading the frames first would race: a
+/// frame and the print after it can both land between the two reads, and
+/// the print would be handed on first.
+#[derive(Default)]
+struct Held {
+    out: Vec<u8>,
+    err: Vec<u8>,
+}
+
+impl Held {
+    /// Take what stdout and stderr hold now (bounded). The pipe whose
+    /// readiness woke us is read through tokio (so its readiness clears
+    /// at EAGAIN and the wake is not repeated), the other one directly
+    /// (tokio may not have seen its bytes yet).
+    fn take(proc: &Process, s: &mut Streams, buf: &mut [u8], woke_out: bool) -> Held {
+        let mut held = Held::default();
+        for (rx, eof, into, woke) in [
+            (&proc.stdout, &mut s.out_eof, &mut held.out, woke_out),
+            (&proc.stderr, &mut s.err_eof, &mut held.err, !woke_out),
+        ] {
+            for _ in 0..READS_PER_WAKE {
+                if *eof {
+                    break;
+                }
+                match read_once(rx, buf, woke) {
+                    Ok(0) => *eof = true,
+                    Ok(n) => {
+                        into.extend_from_slice(&buf[..n]);
+                        continue;
+                    }
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(nix::errno::Errno::EAGAIN) => {}
+                    Err(_) => *eof = true,
+                }
+                break;
+            }
+        }
+        held
+    }
+
+    /// Hand what is held to the cell's captures (once).
+    fn release(&mut self, s: &mut Streams) {
+        if !self.out.is_empty() {
+            s.out.push(&std::mem::take(&mut self.out));
+        }
+        if !self.err.is_empty() {
+            s.err.push(&std::mem::take(&mut self.err));
+        }
+    }
+}
+
+fn read_once(rx: &pipe::Receiver, buf: &mut [u8], via_tokio: bool) -> nix::Result<usize> {
+    use std::os::fd::AsFd;
+    if !via_tokio {
+        return nix::unistd::read(rx.as_fd(), buf);
+    }
+    rx.try_read(buf).map_err(|e| match e.kind() {
+        io::ErrorKind::WouldBlock => nix::errno::Errno::EAGAIN,
+        io::ErrorKind::Interrupted => nix::errno::Errno::EINTR,
+        _ => nix::errno::Errno::EIO,
+    })
 }
 
 /// The host's answer to a `sync` frame.
@@ -315,14 +401,16 @@ pub(super) async fn wait_for_cell(
             // Output last: a cell that floods its pipes must not starve the
             // timer, interrupts or its own reply.
             r = proc.stdout.readable(), if !s.out_eof => {
-                if ordered {
-                    if let Some(end) = displays_first(proc, s, buf, stop).await { return end; }
+                if ordered && r.is_ok() {
+                    if let Some(end) = output_after_displays(proc, s, buf, stop, true).await { return end; }
+                    continue;
                 }
                 if r.is_err() || pump(&proc.stdout, buf, &mut s.out) { s.out_eof = true; }
             }
             r = proc.stderr.readable(), if !s.err_eof => {
-                if ordered {
-                    if let Some(end) = displays_first(proc, s, buf, stop).await { return end; }
+                if ordered && r.is_ok() {
+                    if let Some(end) = output_after_displays(proc, s, buf, stop, false).await { return end; }
+                    continue;
                 }
                 if r.is_err() || pump(&proc.stderr, buf, &mut s.err) { s.err_eof = true; }
             }
