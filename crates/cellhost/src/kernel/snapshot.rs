@@ -64,6 +64,23 @@ impl Job {
             Job::Restore { .. } => "restore",
         }
     }
+
+    /// The file name a remote runner keeps this job's snapshot under.
+    pub(crate) fn file_name(&self) -> String {
+        let path = match self {
+            Job::Take { dest, .. } => dest,
+            Job::Restore { src, .. } => src,
+        };
+        path.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn max(&self) -> u64 {
+        match self {
+            Job::Take { max, .. } | Job::Restore { max, .. } => *max,
+        }
+    }
 }
 
 /// What a snapshot or a restore did.
@@ -316,7 +333,6 @@ fn feed(fifo: &Path, src: &Path, max: u64) -> Pumped {
     Ok((raw, 0))
 }
 
-/// The runner's summary (`{"names": n, "skipped": [...]}`).
 /// The bytes a runner says it wrote to a snapshot file of its own host.
 pub(crate) fn parse_file_bytes(value: &str) -> u64 {
     #[derive(serde::Deserialize)]
@@ -327,25 +343,7 @@ pub(crate) fn parse_file_bytes(value: &str) -> u64 {
     serde_json::from_str::<B>(value).map_or(0, |b| b.bytes)
 }
 
-impl Job {
-    /// The file name a remote runner keeps this job's snapshot under.
-    pub(crate) fn file_name(&self) -> String {
-        let path = match self {
-            Job::Take { dest, .. } => dest,
-            Job::Restore { src, .. } => src,
-        };
-        path.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    }
-
-    pub(crate) fn max(&self) -> u64 {
-        match self {
-            Job::Take { max, .. } | Job::Restore { max, .. } => *max,
-        }
-    }
-}
-
+/// The runner's summary (`{"names": n, "skipped": [...]}`).
 pub(crate) fn parse_summary(value: &str) -> Result<(u64, Vec<Skipped>), SnapshotError> {
     #[derive(serde::Deserialize)]
     struct S {

@@ -135,9 +135,7 @@ impl KernelManager {
         let placed = self.place_targets(into, &backend)?;
         let made = self.fork_into(source, into, &kernel, &backend).await;
         if made.is_err() {
-            for t in placed {
-                let _ = self.shared.backends.set_session_default(&t, None);
-            }
+            self.unplace(placed);
         }
         let report = made?;
         drop(held);
@@ -156,8 +154,8 @@ impl KernelManager {
 
     /// For a source on remote `backend`: each target runs there too (a
     /// session's default backend is set; a child must already be on it).
-    /// Returns the sessions whose default was set.
-    fn place_targets(&self, into: &[String], backend: &str) -> Result<Vec<String>, ManagerError> {
+    /// Returns the sessions whose default was set, with the one each had.
+    fn place_targets(&self, into: &[String], backend: &str) -> Result<Placed, ManagerError> {
         let mut placed = Vec::new();
         if backend == "local" {
             return Ok(placed);
@@ -170,9 +168,7 @@ impl KernelManager {
                 continue;
             }
             if crate::owner::session_of(t) != t.as_str() {
-                for p in &placed {
-                    let _ = backends.set_session_default(p, None);
-                }
+                self.unplace(placed);
                 return Err(ForkError::OtherBackend {
                     target: t.clone(),
                     theirs,
@@ -180,11 +176,23 @@ impl KernelManager {
                 }
                 .into());
             }
+            let before = backends.session_default(t);
             if backends.set_session_default(t, Some(backend)).is_ok() {
-                placed.push(t.clone());
+                placed.push((t.clone(), before));
             }
         }
         Ok(placed)
+    }
+
+    /// Give the sessions [`Self::place_targets`] placed their default back
+    /// (a fork that failed or was refused changes nothing).
+    fn unplace(&self, placed: Placed) {
+        for (t, before) in placed {
+            let _ = self
+                .shared
+                .backends
+                .set_session_default(&t, before.as_deref());
+        }
     }
 
     /// The copies, all or nothing.
@@ -353,6 +361,9 @@ impl KernelManager {
         }
     }
 }
+
+/// Targets whose default backend a fork set, and the default each had.
+type Placed = Vec<(String, Option<String>)>;
 
 /// How a target gets its snapshot.
 enum Copy<'a> {

@@ -280,18 +280,18 @@ pub(super) async fn restore(
     };
     let owner = &key.owner;
     let (zst, json) = paths(shared, owner);
-    let why = match tombstone {
+    let why = match (tombstone, forked) {
         _ if reset => None,
-        _ if forked.is_some() => Some(StateChange::Forked {
-            from: forked.unwrap_or_default().to_owned(),
+        (_, Some(from)) => Some(StateChange::Forked {
+            from: from.to_owned(),
         }),
-        Some(Tombstone::Evicted { max_kernels }) => Some(StateChange::Evicted {
+        (Some(Tombstone::Evicted { max_kernels }), None) => Some(StateChange::Evicted {
             max_kernels: *max_kernels,
         }),
-        Some(Tombstone::Reaped { idle }) => Some(StateChange::Reaped { idle: *idle }),
-        Some(Tombstone::Disposed) => None,
-        None if restart => Some(StateChange::DaemonRestarted),
-        None => None,
+        (Some(Tombstone::Reaped { idle }), None) => Some(StateChange::Reaped { idle: *idle }),
+        (Some(Tombstone::Disposed), None) => None,
+        (None, None) if restart => Some(StateChange::DaemonRestarted),
+        (None, None) => None,
     };
     let Some(why) = why else {
         // A fresh kernel the snapshot does not stand for (reset, disposed,
