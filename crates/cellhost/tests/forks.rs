@@ -73,8 +73,10 @@ async fn a_fork_is_independent_of_its_source_in_state_and_files() {
     assert_eq!(report.from, "s1");
     let forked = &report.into[0];
     assert_eq!(forked.session, "s2");
-    assert_eq!(forked.path, ForkPath::Snapshot);
-    assert!(forked.fallback_reason.is_some());
+    // A `none` kernel forks its process.
+    assert_eq!(forked.path, ForkPath::Process, "{forked:?}");
+    assert_eq!(forked.fallback_reason, None);
+    assert!(forked.kernel_id.is_some());
     assert_eq!(forked.workspace_bytes, 13 + 8);
 
     let first = run(
@@ -225,7 +227,17 @@ async fn a_strict_session_forks_into_its_own_sandbox_and_workspace() {
     let m = KernelManager::start(opts).await;
     let r = run(&m, "s1", "x = {'k': 7}\nopen('w.txt', 'w').write('strict')").await;
     assert!(r.is_success(), "{r:?}");
-    m.fork("s1", &["s2".to_owned()]).await.expect("fork");
+    let report = m.fork("s1", &["s2".to_owned()]).await.expect("fork");
+    // Its process stays in its sandbox: the state is copied by snapshot.
+    assert_eq!(report.into[0].path, ForkPath::Snapshot);
+    let why = report.into[0]
+        .fallback_reason
+        .as_deref()
+        .unwrap_or_default();
+    assert!(
+        why.contains("strict kernel's fork would stay in its source's sandbox"),
+        "{why}"
+    );
     let r = run(
         &m,
         "s2",
@@ -279,5 +291,105 @@ async fn a_fork_over_the_targets_quota_fails_whole() {
         assert_eq!(r.value.as_deref(), Some("False"));
         assert!(r.kernel.restored.is_none());
     }
+    m.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_none_kernel_forks_its_process_into_a_kernel_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(none_options(&dir)).await;
+    let src = run(
+        &m,
+        "s1",
+        "import os\nbig = bytearray(50 << 20)\nbig[-1] = 7\nos.getpid(), os.getpgid(0)",
+    )
+    .await;
+    assert!(src.is_success(), "{src:?}");
+    let report = m.fork("s1", &["s2".to_owned()]).await.expect("fork");
+    assert_eq!(report.into[0].path, ForkPath::Process, "{report:?}");
+    let r = run(
+        &m,
+        "s2",
+        "print('from the fork')\n(big[-1], os.getpid(), os.getpgid(0), os.getcwd())",
+    )
+    .await;
+    assert_eq!(r.stdout, "from the fork\n", "{r:?}");
+    let restored = r.kernel.restored.as_ref().expect("restored");
+    assert_eq!(restored.from, RestoreFrom::Fork);
+    assert!(restored.skipped.is_empty() && !r.kernel.state_lost);
+    assert!(
+        r.kernel
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("a copy of s1's process"),
+        "{r:?}"
+    );
+    assert_eq!(r.kernel.forked_from.as_deref(), Some("s1"));
+    assert_eq!(Some(r.kernel.id.clone()), report.into[0].kernel_id);
+    // Its own process and group, running in its own workspace.
+    let value = r.value.clone().unwrap_or_default();
+    let src_ids = src.value.clone().unwrap_or_default();
+    let (src_pid, src_group) = src_ids
+        .trim_matches(|c| c == '(' || c == ')')
+        .split_once(", ")
+        .unwrap();
+    assert!(value.starts_with("(7, "), "{value}");
+    assert!(
+        !value.contains(src_pid) && !value.contains(src_group),
+        "{value} vs {src_ids}"
+    );
+    let ws = m
+        .workspace("s2")
+        .unwrap()
+        .root()
+        .to_string_lossy()
+        .into_owned();
+    assert!(value.ends_with(&format!("'{ws}')")), "{value} vs {ws}");
+    // The source's next cell sees none of the fork's output or state.
+    let after = run(&m, "s1", "big[-1] = 1\nprint('source')").await;
+    assert_eq!(after.stdout, "source\n");
+    // The fork outlives its source, and goes with the manager.
+    m.dispose_owner("s1").await;
+    let r = run(&m, "s2", "big[-1]").await;
+    assert_eq!(r.value.as_deref(), Some("7"), "{r:?}");
+    let pid = r.kernel.pid.expect("pid");
+    m.shutdown().await;
+    assert!(
+        !cellhost::sys::pid_alive(pid),
+        "the forked kernel {pid} outlived the manager"
+    );
+}
+
+#[tokio::test]
+async fn a_kernel_with_threads_or_open_files_forks_by_snapshot_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(none_options(&dir)).await;
+    let r = run(
+        &m,
+        "t",
+        "import threading, time\nstop = threading.Event()\n\
+         th = threading.Thread(target=stop.wait, name='waiter', daemon=True)\nth.start()\nn = 5",
+    )
+    .await;
+    assert!(r.is_success(), "{r:?}");
+    let report = m.fork("t", &["t2".to_owned()]).await.expect("fork");
+    let f = &report.into[0];
+    assert_eq!(f.path, ForkPath::Snapshot);
+    let why = f.fallback_reason.as_deref().unwrap_or_default();
+    assert!(why.contains("thread") && why.contains("waiter"), "{why}");
+    assert_eq!(run(&m, "t2", "n").await.value.as_deref(), Some("5"));
+    run(&m, "t", "stop.set()\nth.join()\nfh = open('held.txt', 'w')").await;
+    let report = m.fork("t", &["t3".to_owned()]).await.expect("fork");
+    let why = report.into[0]
+        .fallback_reason
+        .as_deref()
+        .unwrap_or_default();
+    assert!(why.contains("open file"), "{why}");
+    // Once the file is closed, the process forks.
+    run(&m, "t", "fh.close()").await;
+    let report = m.fork("t", &["t4".to_owned()]).await.expect("fork");
+    assert_eq!(report.into[0].path, ForkPath::Process, "{report:?}");
+    assert_eq!(run(&m, "t4", "n").await.value.as_deref(), Some("5"));
     m.shutdown().await;
 }

@@ -110,6 +110,18 @@ impl<D: Driver> Actor<D> {
                             return;
                         }
                     }
+                    Some(Request::Op(request, timeout, tx)) => {
+                        self.observed.update(|s| s.busy = true);
+                        let turned = self.op_turn(request, timeout, &mut control).await;
+                        self.observed.update(|s| s.busy = false);
+                        let (result, shutdown) = op::answer(turned, timeout);
+                        let _ = tx.send(result);
+                        if let Some(done) = shutdown {
+                            self.teardown().await;
+                            let _ = done.send(());
+                            return;
+                        }
+                    }
                     Some(Request::Snapshot(job, timeout, tx)) => {
                         self.observed.update(|s| s.busy = true);
                         let (result, shutdown) = self.snapshot(job, timeout, &mut control).await;
@@ -135,6 +147,14 @@ impl<D: Driver> Actor<D> {
     async fn teardown(&mut self) {
         self.vacate(Vacancy::Quiet).await;
         self.driver.teardown().await;
+    }
+
+    /// A kernel handle on `live`, a process started elsewhere (a fork of
+    /// another kernel's), driven by `driver` from now on.
+    pub(crate) fn adopting(driver: D, live: D::Live, observed: Arc<Observed>) -> Kernel {
+        let mut actor = Actor::new(driver, Slot::Vacant(Vacancy::Quiet), observed);
+        actor.adopt(live);
+        actor.spawn()
     }
 
     /// Make `live` the kernel and publish it to observers.
@@ -350,6 +370,7 @@ fn exec_frame<L: LiveKernel>(
     request.encode()
 }
 
+mod op;
 mod snapshot;
 #[cfg(test)]
 mod tests;

@@ -148,6 +148,11 @@ impl LocalDriver {
         Ok(driver)
     }
 
+    /// The tool token and authority slot its processes serve.
+    pub(crate) fn rpc(&self) -> &Rpc {
+        &self.rpc
+    }
+
     /// New captures for the next cell, returning the finished cell's. Their
     /// raw spill files (used only when a stream overflows) are named after
     /// this driver and a sequence number, so kernels sharing a spill dir

@@ -15,8 +15,11 @@
 mod actor;
 mod breach;
 mod display;
+mod fork;
+pub(crate) use fork::STRICT as FORK_STRICT;
 pub(crate) mod driver;
 pub(crate) mod frame;
+mod leader;
 mod local;
 mod process;
 pub mod record;
@@ -408,6 +411,13 @@ impl KernelError {
 
 pub(crate) enum Request {
     Execute(Cell, oneshot::Sender<Result<CellResult, KernelError>>),
+    /// One request to the runner in a turn of its own, between cells
+    /// (`actor/op.rs`): its reply, or why there is none.
+    Op(
+        Vec<u8>,
+        std::time::Duration,
+        oneshot::Sender<Result<frame::Frame, String>>,
+    ),
     /// A snapshot turn between cells (`snapshot.rs`).
     Snapshot(
         snapshot::Job,
@@ -600,6 +610,21 @@ impl Kernel {
             .send(Request::Snapshot(job, timeout, tx))
             .map_err(|_| closed())?;
         rx.await.map_err(|_| closed())?
+    }
+
+    /// Send the runner one request between cells and wait for its reply
+    /// (at most `timeout`).
+    pub(crate) async fn op(
+        &self,
+        request: Vec<u8>,
+        timeout: std::time::Duration,
+    ) -> Result<frame::Frame, String> {
+        let (tx, rx) = oneshot::channel();
+        self.inner
+            .requests
+            .send(Request::Op(request, timeout, tx))
+            .map_err(|_| "its handle was closed".to_owned())?;
+        rx.await.map_err(|_| "its handle was closed".to_owned())?
     }
 
     /// Interrupt the running cell (SIGINT; killed after the grace period if

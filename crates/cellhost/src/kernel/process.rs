@@ -93,7 +93,7 @@ pub(crate) struct Process {
     pub pid: u32,
     /// The host's child and process-group leader: the runner itself, or
     /// bwrap when sandboxed.
-    leader: u32,
+    pub(super) leader: u32,
     /// The runner runs under bwrap (exit statuses are bwrap's).
     pub wrapped: bool,
     /// The kernel's cgroups, when limits use them.
@@ -103,7 +103,7 @@ pub(crate) struct Process {
     /// cgroup counters when last read (OOM kills, forks refused at
     /// pids.max), to tell whether a cell added to them.
     pub counters: (u64, u64),
-    pub child: tokio::process::Child,
+    pub child: super::leader::Leader,
     pub ctrl_tx: pipe::Sender,
     pub ctrl_rx: pipe::Receiver,
     pub frames: FrameReader,
@@ -111,20 +111,20 @@ pub(crate) struct Process {
     pub stderr: pipe::Receiver,
     /// Our end of the death pipe: the runner and its watcher see EOF when
     /// we drop it or when this process dies by any means.
-    _death: std::os::fd::OwnedFd,
+    pub(super) _death: std::os::fd::OwnedFd,
     /// A tiny `sh` that kills the runner's group when the death pipe
     /// closes. The runner's own watcher thread needs the GIL, which a cell
     /// busy in C code (`sum(range(10**12))`) never releases; this one does
     /// not depend on the runner at all.
-    watcher: Option<tokio::process::Child>,
-    staging: PathBuf,
+    pub(super) watcher: Option<tokio::process::Child>,
+    pub(super) staging: PathBuf,
     /// The sandbox's `/etc` template, held while the kernel lives.
-    _etc: Option<std::sync::Arc<crate::sandbox::etc::Template>>,
+    pub(super) _etc: Option<std::sync::Arc<crate::sandbox::etc::Template>>,
     /// Serves this process's tool socket (none if it could not be made;
     /// the cells' tool calls then fail with the reason).
-    _tools: Option<ToolServer>,
+    pub(super) _tools: Option<ToolServer>,
     /// Serves `network = "allowlist"`'s proxy socket.
-    _egress: Option<crate::egress::proxy::EgressProxy>,
+    pub(super) _egress: Option<crate::egress::proxy::EgressProxy>,
     /// Why there is no tool server, told to the cells that call tools.
     pub tools_unavailable: Option<String>,
     /// The tool set whose `tools` module this process has (sent with the
@@ -134,7 +134,7 @@ pub(crate) struct Process {
     /// Set once the child has been reaped.
     pub exited: Option<Exit>,
     /// `kill_now` has run.
-    group_killed: bool,
+    pub(super) group_killed: bool,
 }
 
 /// What a kernel's tool calls need: the token its runner presents and the
@@ -147,6 +147,9 @@ pub(crate) struct Rpc {
     /// Serves `%pip` (none when the kernel has no package dir).
     pub packages: Option<std::sync::Arc<crate::packages::Installer>>,
 }
+
+/// The tool socket, bound, or why it could not be.
+pub(super) type ToolListener = Result<std::os::unix::net::UnixListener, String>;
 
 /// The egress proxy's socket and its policy, bound before the launch.
 type EgressListener = (
@@ -163,39 +166,8 @@ impl Process {
         workspace: Option<&Path>,
         rpc: &Rpc,
     ) -> Result<Process, SpawnError> {
-        let id = format!("k-{}", random_hex(6));
-        let io = |about: &'static str| move |err| SpawnError::Io { about, err };
-        private_dir(&opts.staging_root).map_err(io("create the staging root"))?;
-        // A tmpfs of its own under the strict profile (root hosts), so the
-        // sandbox's mountinfo shows no host path (`staging.rs`).
-        let tmpfs = opts.sandbox.is_strict() && nix::unistd::geteuid().is_root();
-        let staging = super::staging::create(&opts.staging_root, &id, tmpfs).map_err(io(
-            "create the kernel staging dir (a tmpfs under the strict sandbox)",
-        ))?;
+        let (id, staging, listener) = Self::make_staging(opts)?;
         let script = staging.join("runner.py");
-        let files = RUNNER_FILES
-            .iter()
-            .map(|(name, source)| (staging.join(name), *source));
-        for (path, source) in std::iter::once((script.clone(), RUNNER_SOURCE)).chain(files) {
-            use std::io::Write;
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-                .map_err(io("write the runner script"))?;
-            f.write_all(source.as_bytes())
-                .map_err(io("write the runner script"))?;
-        }
-        // Before the launch, so the sandbox hands it to the kernel uid with
-        // the rest of the staging dir.
-        let listener = ToolServer::bind(&staging).map_err(|e| {
-            format!(
-                "the tool socket could not be created in {} ({e}); a Unix socket path must stay \
-                 under 108 bytes, so choose a shorter runtime dir",
-                staging.display()
-            )
-        });
         let egress = match &opts.sandbox {
             crate::Sandbox::Strict(crate::StrictSandbox {
                 egress: Some(policy),
@@ -231,6 +203,68 @@ impl Process {
         }
     }
 
+    /// A new kernel id, its staging dir with the runner's files, and its
+    /// tool socket (or why there is none). Bound before the launch, so the
+    /// sandbox hands it to the kernel uid with the rest of the dir.
+    pub(super) fn make_staging(
+        opts: &KernelOptions,
+    ) -> Result<(String, PathBuf, ToolListener), SpawnError> {
+        let id = format!("k-{}", random_hex(6));
+        let io = |about: &'static str| move |err| SpawnError::Io { about, err };
+        private_dir(&opts.staging_root).map_err(io("create the staging root"))?;
+        // A tmpfs of its own under the strict profile (root hosts), so the
+        // sandbox's mountinfo shows no host path (`staging.rs`).
+        let tmpfs = opts.sandbox.is_strict() && nix::unistd::geteuid().is_root();
+        let staging = super::staging::create(&opts.staging_root, &id, tmpfs).map_err(io(
+            "create the kernel staging dir (a tmpfs under the strict sandbox)",
+        ))?;
+        let files = RUNNER_FILES
+            .iter()
+            .map(|(name, source)| (staging.join(name), *source));
+        let script = staging.join("runner.py");
+        for (path, source) in std::iter::once((script, RUNNER_SOURCE)).chain(files) {
+            use std::io::Write;
+            let written = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .and_then(|mut f| f.write_all(source.as_bytes()));
+            if let Err(err) = written {
+                super::staging::remove(&staging);
+                return Err(SpawnError::Io {
+                    about: "write the runner script",
+                    err,
+                });
+            }
+        }
+        let listener = ToolServer::bind(&staging).map_err(|e| {
+            format!(
+                "the tool socket could not be created in {} ({e}); a Unix socket path must stay \
+                 under 108 bytes, so choose a shorter runtime dir",
+                staging.display()
+            )
+        });
+        Ok((id, staging, listener))
+    }
+
+    /// Serve the tool socket `listener` (or record why there is none).
+    pub(super) fn serve_tools(&mut self, listener: ToolListener, opts: &KernelOptions, rpc: &Rpc) {
+        match listener.and_then(|l| {
+            ToolServer::start(
+                l,
+                rpc.token.clone(),
+                rpc.slot.clone(),
+                opts.max_tool_payload,
+                rpc.packages.clone(),
+            )
+            .map_err(|e| format!("the tool socket could not be served: {e}"))
+        }) {
+            Ok(server) => self._tools = Some(server),
+            Err(why) => self.tools_unavailable = Some(why),
+        }
+    }
+
     async fn start(
         opts: &KernelOptions,
         python: &Path,
@@ -238,11 +272,7 @@ impl Process {
         staging: PathBuf,
         script: &Path,
         workspace: Option<&Path>,
-        (listener, rpc, egress): (
-            Result<std::os::unix::net::UnixListener, String>,
-            &Rpc,
-            Option<EgressListener>,
-        ),
+        (listener, rpc, egress): (ToolListener, &Rpc, Option<EgressListener>),
     ) -> Result<Process, SpawnError> {
         let io = |about: &'static str| move |err| SpawnError::Io { about, err };
         let (req_r, req_w) = sys::pipe().map_err(io("create the request pipe"))?;
@@ -351,7 +381,7 @@ impl Process {
             cgroup,
             limits,
             counters: (0, 0),
-            child,
+            child: super::leader::Leader::Spawned(child),
             ctrl_tx,
             ctrl_rx,
             frames: FrameReader::with_display_limit(
@@ -371,19 +401,7 @@ impl Process {
             exited: None,
             group_killed: false,
         };
-        match listener.and_then(|l| {
-            ToolServer::start(
-                l,
-                rpc.token.clone(),
-                rpc.slot.clone(),
-                opts.max_tool_payload,
-                rpc.packages.clone(),
-            )
-            .map_err(|e| format!("the tool socket could not be served: {e}"))
-        }) {
-            Ok(server) => proc._tools = Some(server),
-            Err(why) => proc.tools_unavailable = Some(why),
-        }
+        proc.serve_tools(listener, opts, rpc);
         if let Some((l, policy)) = egress {
             match crate::egress::proxy::EgressProxy::start(l, policy) {
                 Ok(p) => proc._egress = Some(p),
@@ -445,7 +463,7 @@ impl Process {
         }
     }
 
-    async fn await_hello(&mut self) -> Result<(), SpawnError> {
+    pub(super) async fn await_hello(&mut self) -> Result<(), SpawnError> {
         let mut stderr_tail = Vec::new();
         let mut buf = vec![0u8; 16 * 1024];
         // A pipe at EOF is always readable: stop polling it, or this loop
@@ -529,7 +547,7 @@ impl Process {
     /// Teardown: SIGTERM to the group, `grace`, then SIGKILL to whatever is
     /// left of the group, wait, and remove the staging dir.
     pub(crate) async fn terminate(mut self, grace: Duration) -> Option<Exit> {
-        if self.exited.is_none() {
+        if self.exited.is_none() && self.child.holds_pid() {
             sys::signal_group(self.pgid(), Signal::SIGTERM);
             if let Ok(status) = tokio::time::timeout(grace, self.child.wait()).await {
                 self.exited = Some(status.map(Exit::from_status).unwrap_or(Exit::Unknown));
@@ -553,7 +571,9 @@ impl Process {
             let _ = w.start_kill();
             let _ = w.wait().await;
         }
-        sys::signal_group(self.pgid(), Signal::SIGKILL);
+        if self.child.holds_pid() {
+            sys::signal_group(self.pgid(), Signal::SIGKILL);
+        }
         if self.exited.is_none() {
             let status = self.child.wait().await;
             self.exited = Some(status.map(Exit::from_status).unwrap_or(Exit::Unknown));
@@ -569,7 +589,7 @@ impl Drop for Process {
     fn drop(&mut self) {
         // Backstop for paths that never reached terminate(): never leave the
         // group running. kill_on_drop reaps the leader.
-        if self.exited.is_none() {
+        if self.exited.is_none() && self.child.holds_pid() {
             sys::signal_group(self.pgid(), Signal::SIGKILL);
         }
         super::staging::remove(&self.staging);

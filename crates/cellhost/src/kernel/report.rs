@@ -93,6 +93,15 @@ pub enum StateChange {
         /// The source session.
         from: String,
     },
+    /// The session is a fork of `from` whose kernel is a copy of the
+    /// source's process (`kernel/fork.rs`): the whole state, `names`
+    /// globals.
+    ProcessForked {
+        /// The source session.
+        from: String,
+        /// Globals the copy holds.
+        names: u64,
+    },
     /// The session's previous kernel went (`why`: evicted, reaped, the
     /// daemon restarted) and its state was loaded from a snapshot into
     /// this fresh kernel (docs/snapshots.md). State counts as lost when
@@ -132,7 +141,9 @@ impl StateChange {
         match self {
             StateChange::Reset | StateChange::Disposed => Flag::Reset,
             StateChange::Ended { .. } => Flag::Ended,
-            StateChange::CouldNotStart { .. } | StateChange::FreshAfter(_) => Flag::None,
+            StateChange::CouldNotStart { .. }
+            | StateChange::FreshAfter(_)
+            | StateChange::ProcessForked { .. } => Flag::None,
             StateChange::Restored {
                 skipped, stale_age, ..
             } if skipped.is_empty() && stale_age.is_none() => Flag::None,
@@ -196,6 +207,12 @@ impl StateChange {
             StateChange::DaemonRestarted => "State lost: the daemon restarted since this session's last cell, and its \
                     kernels with it; this is a fresh kernel, so re-run setup cells."
                 .into(),
+            StateChange::ProcessForked { from, names } => format!(
+                "This session is a fork of {from}: its kernel is a copy of {from}'s process as it \
+                 was at the fork (copy-on-write), with all of its state ({names} {}); the \
+                 workspace files were copied. Nothing is shared with {from} from here on.",
+                if *names == 1 { "name" } else { "names" }
+            ),
             StateChange::Forked { from } => format!(
                 "State lost: this session is a fork of {from}, but the copy of its state was not \
                  loaded; this is a fresh kernel (the workspace files were copied)."

@@ -91,7 +91,9 @@ impl KernelManager {
                 )
                 .await
             } else {
-                Loaded::Nothing
+                let pending = slot.meta().pending.take();
+                // A reset discards what a process fork copied.
+                pending.filter(|_| !cell.reset).unwrap_or(Loaded::Nothing)
             };
             let bus = if cell.hidden {
                 &self.shared.muted

@@ -17,11 +17,16 @@
 //! snapshotted once per target there, and each target session runs on
 //! the source's backend.
 //!
-//! The process path (the runner `fork()`s and the child is re-homed as a
-//! kernel of its own, copy-on-write) is not built yet; the answer says
-//! which path ran.
+//! Where the source is a local `none` kernel, each target is first tried
+//! by process fork (`kernel/fork.rs`): the runner `fork()`s and the child
+//! is re-homed as the target's own kernel, copy-on-write, installed in
+//! its entry before its first cell (which says so, `restored.from =
+//! "fork"`). A strict or remote source, or a kernel the runner will not
+//! fork (threads of its own, open files), falls back to the snapshot
+//! path, and the answer says which path ran for each target and why.
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use cellhost_protocol::{ForkPath, ForkReport, Forked, RestoreFrom};
@@ -30,7 +35,7 @@ use super::key::validate_owner;
 use super::snapshots::{self, Meta};
 use super::{KernelManager, ManagerError};
 use crate::files::{EntryType, FileError, Opened, Workspace, WriteLimits};
-use crate::kernel::SnapshotError;
+use crate::kernel::{SnapshotError, StateChange};
 
 /// At most this many new sessions per fork.
 pub const MAX_FORK_TARGETS: usize = 16;
@@ -38,9 +43,16 @@ pub const MAX_FORK_TARGETS: usize = 16;
 /// At most this many workspace entries are copied per fork.
 const MAX_ENTRIES: usize = 100_000;
 
-/// Why the process path did not run (all forks, until it is built).
-const FALLBACK: &str =
-    "a process fork is not built yet; the state was copied by snapshot and restore";
+/// Why a remote session is not forked by process.
+const REMOTE: &str = "the source runs on a remote backend, where the host cannot re-home a \
+                      forked process; its state was copied by snapshot and restore on its host";
+
+/// The one snapshot of a local source, shared by its targets.
+struct Once {
+    tmp: std::path::PathBuf,
+    taken: crate::kernel::SnapshotSummary,
+    seconds: f64,
+}
 
 /// Why a fork was refused or failed (besides its snapshot's reasons).
 #[derive(Debug, thiserror::Error)]
@@ -195,7 +207,9 @@ impl KernelManager {
         }
     }
 
-    /// The copies, all or nothing.
+    /// The copies, all or nothing: a process fork per target where the
+    /// source's kernel allows one, else (and from the first refusal on)
+    /// one snapshot, loaded by each target's first kernel.
     async fn fork_into(
         &self,
         source: &str,
@@ -206,70 +220,176 @@ impl KernelManager {
         for t in into {
             self.check_new(t).await?;
         }
-        let dir = self.shared.opts.snapshot_dir();
-        std::fs::create_dir_all(&dir).map_err(|err| SnapshotError::Io {
-            about: "make the snapshot directory",
-            err,
-        })?;
-        let started = Instant::now();
-        // A local source is snapshotted once, the file linked to each
-        // target; a remote one once per target, on its host.
-        let tmp = dir.join(format!(".fork-{}.zst", crate::sys::random_hex(6)));
-        let once = if backend == "local" {
-            let taken = kernel
-                .snapshot_to(&tmp, self.shared.opts.fork_limits())
-                .await;
-            match taken {
-                Ok(t) => Some(t),
-                Err(e) => {
-                    let _ = std::fs::remove_file(&tmp);
-                    return Err(e.into());
-                }
-            }
-        } else {
-            None
-        };
-        let snapshot_seconds = started.elapsed().as_secs_f64();
         let from_ws = self.workspace(source)?;
         let mut report = ForkReport {
             from: source.to_owned(),
             into: Vec::with_capacity(into.len()),
         };
+        let mut refused = (backend != "local").then(|| REMOTE.to_owned());
+        let mut once: Option<Once> = None;
         for (i, t) in into.iter().enumerate() {
             let started = Instant::now();
-            let copy = match &once {
-                Some(taken) => Copy::Linked(&tmp, taken),
-                None => Copy::Remote(kernel),
-            };
-            let made = self.make_fork(source, t, copy, &from_ws).await;
-            let workspace_bytes = match made {
-                Ok(bytes) => bytes,
+            let mut made = Err(ManagerError::ShutDown);
+            if refused.is_none() {
+                match self.process_fork(source, t, kernel, &from_ws).await {
+                    Ok(Ok(forked)) => made = Ok(forked),
+                    Ok(Err(why)) => refused = Some(why),
+                    Err(e) => made = Err(e),
+                }
+            }
+            if let Some(why) = &refused {
+                made = self
+                    .snapshot_fork(source, t, kernel, backend, &from_ws, &mut once)
+                    .await
+                    .map(|(workspace_bytes, seconds)| Forked {
+                        session: t.clone(),
+                        child: None,
+                        kernel_id: None,
+                        path: ForkPath::Snapshot,
+                        fallback_reason: Some(why.clone()),
+                        workspace_bytes,
+                        seconds,
+                    });
+            }
+            match made {
+                Ok(mut forked) => {
+                    forked.seconds += started.elapsed().as_secs_f64();
+                    report.into.push(forked);
+                }
                 Err(e) => {
                     // All or nothing: the targets made so far go too.
-                    for done in &into[..i] {
+                    for done in &into[..=i] {
                         self.undo_fork(done).await;
                     }
-                    self.undo_fork(t).await;
-                    let _ = std::fs::remove_file(&tmp);
+                    if let Some(once) = once {
+                        let _ = std::fs::remove_file(&once.tmp);
+                    }
                     return Err(e);
                 }
-            };
-            report.into.push(Forked {
-                session: t.clone(),
-                child: None,
-                kernel_id: None,
-                path: ForkPath::Snapshot,
-                fallback_reason: Some(FALLBACK.into()),
-                workspace_bytes,
-                seconds: snapshot_seconds + started.elapsed().as_secs_f64(),
-            });
+            }
         }
-        let _ = std::fs::remove_file(&tmp);
+        if let Some(once) = once {
+            let _ = std::fs::remove_file(&once.tmp);
+        }
         let mut state = self.shared.state();
-        for t in into {
-            state.forks.insert(t.clone(), source.to_owned());
+        for f in &report.into {
+            if f.path == ForkPath::Snapshot {
+                state.forks.insert(f.session.clone(), source.to_owned());
+            }
         }
         Ok(report)
+    }
+
+    /// One target by process fork: its workspace copied, then the
+    /// source's process forked into its kernel, installed as the target's
+    /// own. `Ok(Err(why))`: the process path does not apply (nothing of
+    /// the target's is left but its files, which the snapshot path copies
+    /// again).
+    async fn process_fork(
+        &self,
+        source: &str,
+        target: &str,
+        kernel: &crate::kernel::Kernel,
+        from_ws: &Workspace,
+    ) -> Result<Result<Forked, String>, ManagerError> {
+        if self.shared.opts.kernel.sandbox.is_strict() {
+            return Ok(Err(crate::kernel::FORK_STRICT.into()));
+        }
+        let to_ws = self.workspace(target)?;
+        let workspace_bytes =
+            copy_workspace(from_ws, &to_ws)
+                .await
+                .map_err(|err| ForkError::Workspace {
+                    target: target.to_owned(),
+                    err,
+                })?;
+        let spec = super::key::KernelSpec::default();
+        let key = super::remote::key_for(&self.shared.opts, &self.shared.backends, target, &spec);
+        let opts = match self.local_options(&key) {
+            Ok(o) => o,
+            Err(e) => return Ok(Err(crate::error_chain(&e))),
+        };
+        let (child, names) = match kernel.fork_process(opts).await {
+            Ok(made) => made,
+            Err(why) => return Ok(Err(why)),
+        };
+        let kernel_id = child.process_id();
+        let slot = std::sync::Arc::new(super::slot::Slot::new(key.clone(), None, None));
+        {
+            let mut meta = slot.meta();
+            meta.life = super::slot::Life::Running(child);
+            meta.forked_from = Some(source.to_owned());
+            meta.pending = Some(snapshots::Loaded::Restored(
+                StateChange::ProcessForked {
+                    from: source.to_owned(),
+                    names,
+                },
+                cellhost_protocol::Restored {
+                    names,
+                    skipped: Vec::new(),
+                    from: RestoreFrom::Fork,
+                    age_seconds: 0,
+                },
+                Some(source.to_owned()),
+            ));
+        }
+        self.shared.state().slots.insert(key, slot);
+        self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
+        Ok(Ok(Forked {
+            session: target.to_owned(),
+            child: None,
+            kernel_id: Some(kernel_id),
+            path: ForkPath::Process,
+            fallback_reason: None,
+            workspace_bytes,
+            seconds: 0.0,
+        }))
+    }
+
+    /// One target by snapshot and restore: a local source is snapshotted
+    /// once (`once`), the file linked to each target; a remote one once
+    /// per target, on its host. Returns the workspace bytes copied and
+    /// the seconds the snapshot took.
+    async fn snapshot_fork(
+        &self,
+        source: &str,
+        target: &str,
+        kernel: &crate::kernel::Kernel,
+        backend: &str,
+        from_ws: &Workspace,
+        once: &mut Option<Once>,
+    ) -> Result<(u64, f64), ManagerError> {
+        if backend == "local" && once.is_none() {
+            let dir = self.shared.opts.snapshot_dir();
+            std::fs::create_dir_all(&dir).map_err(|err| SnapshotError::Io {
+                about: "make the snapshot directory",
+                err,
+            })?;
+            let started = Instant::now();
+            let tmp = dir.join(format!(".fork-{}.zst", crate::sys::random_hex(6)));
+            let taken = kernel
+                .snapshot_to(&tmp, self.shared.opts.fork_limits())
+                .await;
+            match taken {
+                Ok(taken) => {
+                    *once = Some(Once {
+                        tmp,
+                        taken,
+                        seconds: started.elapsed().as_secs_f64(),
+                    })
+                }
+                Err(e) => {
+                    let _ = std::fs::remove_file(&tmp);
+                    return Err(e.into());
+                }
+            }
+        }
+        let (copy, seconds) = match once {
+            Some(o) => (Copy::Linked(&o.tmp, &o.taken), o.seconds),
+            None => (Copy::Remote(kernel), 0.0),
+        };
+        let bytes = self.make_fork(source, target, copy, from_ws).await?;
+        Ok((bytes, seconds))
     }
 
     /// Refuse a target that is not new.
@@ -351,6 +471,20 @@ impl KernelManager {
 
     /// Take back what a failed fork made for `target`.
     async fn undo_fork(&self, target: &str) {
+        let kernels: Vec<crate::kernel::Kernel> = {
+            let mut state = self.shared.state();
+            let keys: Vec<_> = state
+                .slots
+                .keys()
+                .filter(|k| k.owner == target)
+                .cloned()
+                .collect();
+            keys.iter()
+                .filter_map(|k| state.slots.remove(k))
+                .filter_map(|s| super::housekeeping::mark_removed(&s))
+                .collect()
+        };
+        super::housekeeping::kill_all(kernels).await;
         snapshots::remove(&self.shared, target);
         if let Ok(ws) = self.workspace(target) {
             if let Ok(listing) = ws.list("", false, MAX_ENTRIES).await {

@@ -76,6 +76,9 @@ pub(crate) struct Meta {
     /// The session this entry's kernel is a fork of (every result says
     /// so as `kernel.forked_from`).
     pub forked_from: Option<String>,
+    /// Told to the first result instead of a restore: what this entry's
+    /// kernel already holds (a process fork's copy of its source).
+    pub pending: Option<super::snapshots::Loaded>,
 }
 
 impl Meta {
@@ -131,6 +134,7 @@ impl Slot {
                 in_flight: 0,
                 tombstone,
                 forked_from: None,
+                pending: None,
             }),
         }
     }

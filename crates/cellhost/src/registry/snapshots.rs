@@ -250,6 +250,7 @@ async fn snapshot_then_stop(
 }
 
 /// What to tell (and what happened) when a fresh kernel came up.
+#[derive(Debug)]
 pub(super) enum Loaded {
     /// Nothing to restore.
     Nothing,

@@ -148,6 +148,22 @@ impl KernelManager {
                 }
             }
         }
+        let k = Kernel::spawn(self.local_options(key)?).await?;
+        self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
+        Ok((k, refill))
+    }
+}
+
+impl KernelManager {
+    /// What a new local kernel of `key` starts with: the template, its
+    /// owner's workspace and package dir, the key's interpreter and cwd.
+    pub(super) fn local_options(
+        &self,
+        key: &KernelKey,
+    ) -> Result<crate::kernel::KernelOptions, crate::sandbox::SandboxError> {
+        let opts = &self.shared.opts;
+        let root = opts.workspace_root();
+        let vols = opts.volumes();
         let mut kernel = opts
             .kernel_with_workspace(|| workspace::of_owner(&root, &key.owner, vols), &key.owner)?;
         if !kernel.sandbox.is_strict() && kernel.packages.dir.is_none() {
@@ -160,9 +176,7 @@ impl KernelManager {
         if let Some(c) = &key.spec.cwd {
             kernel.cwd = Some(c.clone());
         }
-        let k = Kernel::spawn(kernel).await?;
-        self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
-        Ok((k, refill))
+        Ok(kernel)
     }
 }
 

@@ -480,6 +480,165 @@ def _after_fork():
     _forked = True
 
 
+# --- process fork: a new session's kernel as a copy of this one -------------
+# (docs/snapshots.md, "Fork"). Between cells the host asks for a fork with
+# the path of a one-shot socket in the new kernel's staging dir; the child
+# takes a session and process group of its own, receives its own pipes
+# (stdout, stderr, control in/out, death) over the socket and puts them on
+# fds 1-5, takes its new runner dir, tool token, cwd and package dir, and
+# says hello there. Memory is shared copy-on-write. A kernel whose state a
+# fork could not copy alone (threads, open files) is refused with the
+# reason: the host then copies the state by snapshot and restore.
+
+_forks = []  # pids forked into new sessions, reaped between requests
+_runner_fds = set()  # the fds open at the hello: the runner's own
+
+
+def _open_fds():
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return None
+    fds = set()
+    for n in names:
+        try:
+            fd = int(n)
+            os.fstat(fd)  # listdir's own fd is closed by now
+        except (ValueError, OSError):
+            continue
+        fds.add(fd)
+    return fds
+
+
+def _fork_refusal():
+    if not hasattr(os, "fork") or not hasattr(os, "setsid") or not hasattr(os, "register_at_fork"):
+        return "this Python has no fork()"
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        main = threading.main_thread()
+        extra = [
+            t.name
+            for t in threading.enumerate()
+            if t is not main and t.is_alive() and not isinstance(t, threading._DummyThread)
+        ]
+        if extra:
+            return "the kernel runs %d thread(s) of its own (%s), which fork() does not copy" % (
+                len(extra),
+                ", ".join(extra[:5]),
+            )
+    fds = _open_fds()
+    if fds is None:
+        return "the kernel cannot list its open files (/proc/self/fd)"
+    extra = sorted(fds - _runner_fds)
+    if extra:
+        return (
+            "the kernel holds %d open file(s), socket(s) or pipe(s) (fd %s), which a forked "
+            "process would share with its source" % (len(extra), ", ".join(str(f) for f in extra[:8]))
+        )
+    return None
+
+
+def _reap_forks():
+    for pid in list(_forks):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            _forks.remove(pid)
+
+
+def _fork_op(runner, req):
+    # Returns the source's reply, or None in the child (its hello is out).
+    import json
+
+    why = _fork_refusal()
+    if why:
+        return {"status": "error", "error": why, "refused": "1"}
+    path = req.get("path", b"").decode("utf-8", "surrogateescape")
+    try:
+        runner.settle()  # nothing buffered is written twice
+    except BaseException:
+        pass
+    names = sum(1 for n in runner.ns if not (n.startswith("__") and n.endswith("__")) and n != "_")
+    pid = os.fork()
+    if pid:
+        _forks.append(pid)
+        return {"status": "ok", "value": json.dumps({"pid": pid, "names": names})}
+    try:
+        _rehome(runner, path)
+    except BaseException:
+        os._exit(70)
+    return None
+
+
+def _rehome(runner, path):
+    global _forked, _runner_file, _tools_token, _packages_dir, _runner_fds
+    import json
+    import socket
+    from array import array
+
+    os.setsid()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(30)
+    s.connect(path)
+    msg, ancdata, _, _ = s.recvmsg(1 << 16, socket.CMSG_SPACE(8 * 4))
+    chunks = [msg]
+    while True:
+        more = s.recv(1 << 16)
+        if not more:
+            break
+        chunks.append(more)
+    s.close()
+    fds = array("i")
+    for level, kind, blob in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(blob[: len(blob) - len(blob) % fds.itemsize])
+    new = json.loads(b"".join(chunks).decode("utf-8"))
+    if len(fds) != 5:
+        raise OSError("expected 5 fds, got %d" % len(fds))
+    out, err, ctrl_in, ctrl_out, death = fds
+    # The copies streams.py puts back on fds 1/2 after each cell first.
+    for fd, copy in runner.streams.saved:
+        os.dup2(out if fd == 1 else err, copy, inheritable=False)
+    for src, dst in ((out, 1), (err, 2), (ctrl_in, CTRL_IN), (ctrl_out, CTRL_OUT), (death, DEATH)):
+        os.dup2(src, dst, inheritable=dst < 3)
+    for fd in fds:
+        os.close(fd)
+    _forked = False
+    _runner_file = new["runner"]
+    _tools_token = new["token"]
+    sock = os.path.join(os.path.dirname(_runner_file), "tools.sock")
+    for mod in list(sys.modules.values()) + list(runner.ns.values()):
+        if isinstance(mod, type(sys)) and getattr(mod, "__file__", None) == "<cellhost tools>":
+            mod._SOCKET = sock
+            mod._TOKEN = _tools_token
+    _shell_groups.clear()
+    del _forks[:]
+    if new.get("cwd"):
+        os.chdir(new["cwd"])
+    pkgs = new.get("packages")
+    if pkgs and _packages_dir:
+        sys.path[:] = [pkgs if p == _packages_dir else p for p in sys.path]
+        _packages_dir = pkgs
+    _thread.start_new_thread(_watch_death, ())
+    _runner_fds = _open_fds() or set()
+    _hello(None)
+
+
+def _hello(skipped):
+    v = sys.version_info
+    _write_frame(
+        {
+            "op": "hello",
+            "preload_skipped": skipped,
+            "pid": os.getpid(),
+            "version": "%d.%d.%d" % (v[0], v[1], v[2]),
+            "executable": sys.executable,
+        }
+    )
+
+
 def _parse_args():
     global _cpu_per_cell, _process_time, MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS, _network
     global _packages_dir, _warmup
@@ -506,7 +665,7 @@ def _parse_args():
 
 
 def main():
-    global _tools_token, _dialect
+    global _tools_token, _dialect, _runner_fds
     _parse_args()
     _tools_token = os.environ.pop("CELLHOST_TOOLS_TOKEN", None)
     _dialect = os.environ.pop("CELLHOST_BENCH_NO_DIALECT", None) != "1"
@@ -543,7 +702,6 @@ def main():
     global _SYNC_FRAME, _ordered
     _SYNC_FRAME = _encode({"op": "sync"})
     runner = Runner()
-    v = sys.version_info
     skipped = []
     for name in _preload:
         try:
@@ -552,20 +710,15 @@ def main():
             skipped.append("%s (%s: %s)" % (name, type(e).__name__, e))
     if _warmup and _preload:
         skipped.extend(_warm_up())
-    _write_frame(
-        {
-            "op": "hello",
-            "preload_skipped": "; ".join(skipped) or None,
-            "pid": os.getpid(),
-            "version": "%d.%d.%d" % (v[0], v[1], v[2]),
-            "executable": sys.executable,
-        }
-    )
+    _runner_fds = _open_fds() or set()
+    _hello("; ".join(skipped) or None)
     while True:
         try:
             req = _read_frame()
             if req is None:
                 os._exit(0)
+            if _forks:
+                _reap_forks()
             op = req.get("op")
             if op == b"exec":
                 code = req.get("code", b"").decode("utf-8", "surrogateescape")
@@ -580,6 +733,10 @@ def main():
                     reply["tools_failed"] = 1
             elif op in (b"snapshot", b"restore"):
                 reply = _snapshot_op(runner, op, req.get("path", b"").decode("utf-8", "surrogateescape"))
+            elif op == b"fork":
+                reply = _fork_op(runner, req)
+                if reply is None:
+                    continue  # the forked child: its hello went out on its own pipes
             else:
                 reply = {"status": "error", "error": "cellhost runner: unknown request %r" % (op,)}
             try:

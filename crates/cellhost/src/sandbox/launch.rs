@@ -102,16 +102,10 @@ pub(crate) struct Spec<'a> {
     pub warmup: bool,
 }
 
-pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
-    let cg = s
-        .limits
-        .cgroups
-        .then(|| KernelCgroup::create(s.id, s.limits.memory_bytes, s.limits.max_processes))
-        .flatten();
-    let mem_cgroup = cg.as_ref().is_some_and(|c| c.limits_memory());
-    let pids_cgroup = cg.as_ref().is_some_and(|c| c.limits_processes());
-    let l = s.limits;
-    let limits = EnforcedLimits {
+/// The limits `l` put in force (`mem_cgroup`: memory is the cgroup's),
+/// to name a breach.
+pub(crate) fn enforced(l: &ResourceLimits, mem_cgroup: bool) -> EnforcedLimits {
+    EnforcedLimits {
         memory: l.memory_bytes.map(|bytes| Limit::Memory {
             bytes,
             cgroup: mem_cgroup,
@@ -122,7 +116,19 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
         processes: l.max_processes.map(|max| Limit::Processes { max }),
         open_files: l.max_open_files.map(|max| Limit::OpenFiles { max }),
         file_size: l.max_file_size_bytes.map(|bytes| Limit::FileSize { bytes }),
-    };
+    }
+}
+
+pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
+    let cg = s
+        .limits
+        .cgroups
+        .then(|| KernelCgroup::create(s.id, s.limits.memory_bytes, s.limits.max_processes))
+        .flatten();
+    let mem_cgroup = cg.as_ref().is_some_and(|c| c.limits_memory());
+    let pids_cgroup = cg.as_ref().is_some_and(|c| c.limits_processes());
+    let l = s.limits;
+    let limits = enforced(l, mem_cgroup);
     let mut runner_args: Vec<OsString> = Vec::new();
     if let Some(cpu) = l.cpu_seconds_per_cell {
         runner_args.push(format!("--cpu-per-cell={cpu}").into());

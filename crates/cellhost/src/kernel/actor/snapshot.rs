@@ -5,19 +5,16 @@
 //! the reason; it is never counted as a cell and never changes what the
 //! next cell is told about reuse.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cellhost_protocol::KernelInfo;
 use tokio::sync::{mpsc, oneshot};
 
+use super::op::Turned;
 use super::{Actor, Slot};
-use crate::kernel::driver::{CellRun, Driver, LiveKernel, Ran};
+use crate::kernel::driver::Driver;
 use crate::kernel::frame::Frame;
-use crate::kernel::report;
 use crate::kernel::snapshot::{self, Fifo, Job, SnapshotError, Summary};
-use crate::kernel::wait::{Outcome, Stop};
 use crate::kernel::Control;
-use crate::tools::{self, Authority};
 
 /// What a snapshot turn gave back, and the shutdown it ended in.
 pub(super) type Snapshotted = (Result<Summary, SnapshotError>, Option<oneshot::Sender<()>>);
@@ -56,80 +53,38 @@ impl<D: Driver> Actor<D> {
                 return (Err(SnapshotError::Unsupported { backend }), None);
             }
         };
-        let started = Instant::now();
-        let mut info = KernelInfo {
-            backend: self.driver.backend(),
-            id: live.id().to_owned(),
-            pid: Some(live.pid()),
-            ..KernelInfo::default()
-        };
-        let grace = self.driver.options().interrupt_grace;
-        let authority =
-            tools::authority::install(self.driver.authority_slot(), Authority::new(None, None, 0));
-        self.driver.begin(None);
         let request = Frame::new()
             .with("op", job.op())
             .with("path", path.as_bytes())
             .with("max", job.max().to_string().as_bytes())
             .encode();
-        let run = CellRun {
-            request,
-            tools: false,
-            authority: authority.authority(),
-            timeout: Some(timeout),
-            control,
-        };
-        let ran = self.driver.run(live, run).await;
-        authority.settle();
-        let (outcome, stop, mut output) = match ran {
-            Ran::Done(outcome, stop, output) => (outcome, stop, output),
-            Ran::NotDelivered { vacancy, .. } => {
-                let _ = place.release(&job).await;
-                discard(&job);
-                self.vacate(vacancy).await;
-                let why = "it had died before the snapshot was asked for".to_owned();
-                return (Err(SnapshotError::KernelGone(why)), None);
-            }
-            Ran::Lost { detail, .. } => {
-                let _ = place.release(&job).await;
-                discard(&job);
-                return (Err(SnapshotError::KernelGone(detail)), None);
-            }
-        };
+        let turned = self.op_turn(request, timeout, control).await;
         // The runner is done with its end: collect what the pump did.
         let in_files = matches!(place, Place::File);
         let pumped = place.release(&job).await;
-        let timed_out = matches!(stop, Some(Stop::Timeout(_)));
-        let Slot::Live(live) = &mut self.slot else {
-            unreachable!("the kernel is vacated only below")
+        let (reply, timed_out, gone, shutdown) = match turned {
+            Turned::Ran {
+                reply,
+                timed_out,
+                gone,
+                shutdown,
+            } => (reply, timed_out, gone, shutdown),
+            Turned::Failed(why) => {
+                discard(&job);
+                return (Err(SnapshotError::KernelGone(why)), None);
+            }
+            Turned::NoKernel => {
+                discard(&job);
+                return (Err(SnapshotError::NoKernel), None);
+            }
         };
-        let settled = self.driver.settle(live, &outcome, &mut output).await;
-        let reply = match &outcome {
-            Outcome::Reply(frame) => Some((
+        let reply = reply.map(|frame| {
+            (
                 frame.text("status"),
                 frame.text("value"),
                 frame.text("error"),
-            )),
-            _ => None,
-        };
-        let mut rep = report::report(
-            &outcome,
-            stop,
-            &mut info,
-            grace,
-            &settled.stderr_tail,
-            settled.breach,
-        );
-        let gone = info.note.clone();
-        let shutdown = match outcome {
-            Outcome::ShutDown(tx) => Some(tx),
-            _ => None,
-        };
-        if let Some(v) = rep.vacancy.take() {
-            self.vacate(v).await;
-        }
-        // Drains the driver's captures of this turn (nothing is shown).
-        let _ = self.driver.finish(rep, info, started, output).await;
+            )
+        });
         let result = match reply {
             _ if timed_out => Err(SnapshotError::TimedOut {
                 op: job.op(),
