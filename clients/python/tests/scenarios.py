@@ -111,7 +111,7 @@ def sync(url: str) -> None:
         s.run("k = {'v': 1}")
         target = unique("fork")
         report = s.fork(target)
-        assert report.into[0].session == target and report.into[0].path == "snapshot", report
+        assert report.into[0].session == target and report.into[0].path == "process", report
         f = c.session(target).run("k['v'] += 1\nk")
         assert f.value == "{'v': 2}" and f.kernel.forked_from == s.id, f
         assert f.kernel.restored is not None and f.kernel.restored.from_ == "fork", f

@@ -664,7 +664,12 @@ async fn the_fork_route_makes_independent_sessions_and_children_and_refuses_with
     assert_eq!(v["into"][0]["path"], "process", "{v}");
     assert_eq!(v["into"][0]["workspace_bytes"], 6);
     assert!(v["into"][0]["kernel_id"].is_string(), "{v}");
-    assert!(v["into"][0].get("fallback_reason").is_none_or(|r| r.is_null()), "{v}");
+    assert!(
+        v["into"][0]
+            .get("fallback_reason")
+            .is_none_or(|r| r.is_null()),
+        "{v}"
+    );
     assert_eq!(v["into"][1]["session"], "a");
     assert_eq!(v["into"][1]["child"], "w");
     let r = s.exec("b", "x += 1\n(x, open('f.txt').read())").await;

@@ -145,7 +145,7 @@ impl KernelManager {
         // A remote source's copy stays on its host: the new sessions run
         // on its backend too.
         let placed = self.place_targets(into, &backend)?;
-        let made = self.fork_into(source, into, &kernel, &backend).await;
+        let made = self.fork_into(&slot, into, &kernel, &backend).await;
         if made.is_err() {
             self.unplace(placed);
         }
@@ -212,11 +212,12 @@ impl KernelManager {
     /// one snapshot, loaded by each target's first kernel.
     async fn fork_into(
         &self,
-        source: &str,
+        source_slot: &super::slot::Slot,
         into: &[String],
         kernel: &crate::kernel::Kernel,
         backend: &str,
     ) -> Result<ForkReport, ManagerError> {
+        let source = source_slot.key.owner.as_str();
         for t in into {
             self.check_new(t).await?;
         }
@@ -231,7 +232,7 @@ impl KernelManager {
             let started = Instant::now();
             let mut made = Err(ManagerError::ShutDown);
             if refused.is_none() {
-                match self.process_fork(source, t, kernel, &from_ws).await {
+                match self.process_fork(source_slot, t, kernel, &from_ws).await {
                     Ok(Ok(forked)) => made = Ok(forked),
                     Ok(Err(why)) => refused = Some(why),
                     Err(e) => made = Err(e),
@@ -287,7 +288,7 @@ impl KernelManager {
     /// again).
     async fn process_fork(
         &self,
-        source: &str,
+        source_slot: &super::slot::Slot,
         target: &str,
         kernel: &crate::kernel::Kernel,
         from_ws: &Workspace,
@@ -303,8 +304,13 @@ impl KernelManager {
                     target: target.to_owned(),
                     err,
                 })?;
-        let spec = super::key::KernelSpec::default();
-        let key = super::remote::key_for(&self.shared.opts, &self.shared.backends, target, &spec);
+        let source = source_slot.key.owner.as_str();
+        // The source's spec (interpreter, cwd, tools): the key the
+        // target's cells come with from the same front end.
+        let key = super::key::KernelKey {
+            owner: target.to_owned(),
+            ..source_slot.key.clone()
+        };
         let opts = match self.local_options(&key) {
             Ok(o) => o,
             Err(e) => return Ok(Err(crate::error_chain(&e))),
@@ -314,7 +320,11 @@ impl KernelManager {
             Err(why) => return Ok(Err(why)),
         };
         let kernel_id = child.process_id();
-        let slot = std::sync::Arc::new(super::slot::Slot::new(key.clone(), None, None));
+        let slot = std::sync::Arc::new(super::slot::Slot::new(
+            key.clone(),
+            source_slot.tools.clone(),
+            None,
+        ));
         {
             let mut meta = slot.meta();
             meta.life = super::slot::Life::Running(child);
