@@ -112,7 +112,9 @@ impl<D: Driver> Actor<D> {
                     }
                     Some(Request::Op(request, timeout, tx)) => {
                         self.observed.update(|s| s.busy = true);
-                        let turned = self.op_turn(request, timeout, &mut control).await;
+                        let (turned, ()) = self
+                            .op_turn(request, timeout, &mut control, std::future::ready(()))
+                            .await;
                         self.observed.update(|s| s.busy = false);
                         let (result, shutdown) = op::answer(turned, timeout);
                         let _ = tx.send(result);

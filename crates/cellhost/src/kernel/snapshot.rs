@@ -150,13 +150,27 @@ fn io_err(about: &'static str) -> impl FnOnce(io::Error) -> SnapshotError {
     move |err| SnapshotError::Io { about, err }
 }
 
-/// A FIFO in `dir` (the staging dir), removed when dropped.
+/// A FIFO in `dir` (the staging dir) and the blocking task that pumps
+/// it, removed when dropped. A FIFO dropped before [`Fifo::release`] (its
+/// actor cancelled, as at runtime shutdown) still releases its pump, from
+/// a thread of its own: a pump left in `open` would hold the runtime's
+/// blocking pool, and so the daemon's exit, forever.
 pub(crate) struct Fifo {
     pub(crate) path: PathBuf,
+    job: Job,
+    pump: Option<tokio::task::JoinHandle<Pumped>>,
 }
 
 impl Fifo {
-    pub(crate) fn make(dir: &Path) -> Result<Fifo, SnapshotError> {
+    /// The FIFO for `job` in `dir`, its pump started.
+    pub(crate) fn start(dir: &Path, job: &Job) -> Result<Fifo, SnapshotError> {
+        let mut fifo = Fifo::make(dir, job)?;
+        let (path, job) = (fifo.path.clone(), job.clone());
+        fifo.pump = Some(tokio::task::spawn_blocking(move || pump(&path, &job)));
+        Ok(fifo)
+    }
+
+    fn make(dir: &Path, job: &Job) -> Result<Fifo, SnapshotError> {
         let path = dir.join(format!("snapshot-{}.fifo", crate::sys::random_hex(4)));
         // 0666 in the kernel's 0700 staging dir: only the kernel (whose
         // uid the dir is handed to) and the host reach it.
@@ -168,7 +182,11 @@ impl Fifo {
         )?;
         let _ =
             std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o666));
-        Ok(Fifo { path })
+        Ok(Fifo {
+            path,
+            job: job.clone(),
+            pump: None,
+        })
     }
 
     /// Once the runner is done with its end (or gone): collect what the
@@ -177,13 +195,14 @@ impl Fifo {
     /// releases an `open` already waiting only, and the pump's thread may
     /// not have reached it yet (a busy blocking pool), so this retries
     /// until the pump has finished.
-    pub(crate) async fn release(
-        &self,
-        job: &Job,
-        mut pump: tokio::task::JoinHandle<Pumped>,
-    ) -> Pumped {
+    pub(crate) async fn release(mut self) -> Pumped {
+        let Some(mut pump) = self.pump.take() else {
+            return Err(SnapshotError::Runner(
+                "the snapshot pump never started".into(),
+            ));
+        };
         loop {
-            self.unblock(job);
+            unblock(&self.path, &self.job);
             match tokio::time::timeout(Duration::from_millis(20), &mut pump).await {
                 Ok(done) => {
                     return done.unwrap_or_else(|_| {
@@ -196,21 +215,37 @@ impl Fifo {
             }
         }
     }
+}
 
-    /// Open the other end of the FIFO without blocking, and close it.
-    fn unblock(&self, job: &Job) {
-        let mut o = std::fs::OpenOptions::new();
-        match job {
-            Job::Take { .. } => o.write(true),
-            Job::Restore { .. } => o.read(true),
-        };
-        let _ = o.custom_flags(libc::O_NONBLOCK).open(&self.path);
-    }
+/// Open the other end of the FIFO at `path` without blocking, and close it.
+fn unblock(path: &Path, job: &Job) {
+    let mut o = std::fs::OpenOptions::new();
+    match job {
+        Job::Take { .. } => o.write(true),
+        Job::Restore { .. } => o.read(true),
+    };
+    let _ = o.custom_flags(libc::O_NONBLOCK).open(path);
 }
 
 impl Drop for Fifo {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.path);
+        let Some(pump) = self.pump.take().filter(|p| !p.is_finished()) else {
+            let _ = std::fs::remove_file(&self.path);
+            return;
+        };
+        let (path, job) = (self.path.clone(), self.job.clone());
+        std::thread::spawn(move || {
+            // A pump never started (a pool shut down) finishes as
+            // cancelled; one in `open` is let out; give up after a minute.
+            for _ in 0..3000 {
+                if pump.is_finished() {
+                    break;
+                }
+                unblock(&path, &job);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = std::fs::remove_file(&path);
+        });
     }
 }
 
@@ -403,19 +438,41 @@ mod tests {
             },
             Job::Restore { src, max: 1 << 20 },
         ];
-        for job in jobs {
-            let fifo = Fifo::make(dir.path()).unwrap();
-            let pump = {
-                let (path, job) = (fifo.path.clone(), job.clone());
-                tokio::task::spawn_blocking(move || {
-                    std::thread::sleep(Duration::from_millis(300));
-                    pump(&path, &job)
-                })
-            };
-            let released =
-                tokio::time::timeout(Duration::from_secs(20), fifo.release(&job, pump)).await;
+        for job in &jobs {
+            let mut fifo = Fifo::make(dir.path(), job).unwrap();
+            fifo.pump = Some(late_pump(&fifo, job));
+            let released = tokio::time::timeout(Duration::from_secs(20), fifo.release()).await;
             assert!(released.is_ok(), "the {} pump was never released", job.op());
         }
+        // Dropped unreleased (its turn cancelled): the pump ends all the
+        // same, and the FIFO goes.
+        for job in &jobs {
+            let mut fifo = Fifo::make(dir.path(), job).unwrap();
+            let pump = late_pump(&fifo, job);
+            let watch = pump.abort_handle();
+            let path = fifo.path.clone();
+            fifo.pump = Some(pump);
+            drop(fifo);
+            let end = std::time::Instant::now() + Duration::from_secs(20);
+            while (path.exists() || !watch.is_finished()) && std::time::Instant::now() < end {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(
+                watch.is_finished(),
+                "the dropped {} pump was never released",
+                job.op()
+            );
+            assert!(!path.exists());
+        }
+    }
+
+    /// A pump whose thread reaches its `open` only after 300 ms.
+    fn late_pump(fifo: &Fifo, job: &Job) -> tokio::task::JoinHandle<Pumped> {
+        let (path, job) = (fifo.path.clone(), job.clone());
+        tokio::task::spawn_blocking(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            pump(&path, &job)
+        })
     }
 
     #[test]

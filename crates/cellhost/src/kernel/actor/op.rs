@@ -37,15 +37,19 @@ pub(super) enum Turned {
 
 impl<D: Driver> Actor<D> {
     /// Send `request` to the live kernel and wait for its reply, at most
-    /// `timeout` (then it is interrupted as a cell is).
-    pub(super) async fn op_turn(
+    /// `timeout` (then it is interrupted as a cell is). `after` runs as
+    /// soon as the runner is done with the request, however it ended, and
+    /// before the kernel is stopped or drained (a snapshot's pump is
+    /// released there: nothing later may wait on it).
+    pub(super) async fn op_turn<R>(
         &mut self,
         request: Vec<u8>,
         timeout: Duration,
         control: &mut mpsc::UnboundedReceiver<Control>,
-    ) -> Turned {
+        after: impl std::future::Future<Output = R>,
+    ) -> (Turned, R) {
         let Slot::Live(live) = &mut self.slot else {
-            return Turned::NoKernel;
+            return (Turned::NoKernel, after.await);
         };
         let started = Instant::now();
         let mut info = KernelInfo {
@@ -67,13 +71,15 @@ impl<D: Driver> Actor<D> {
         };
         let ran = self.driver.run(live, run).await;
         authority.settle();
+        let after = after.await;
         let (outcome, stop, mut output) = match ran {
             Ran::Done(outcome, stop, output) => (outcome, stop, output),
             Ran::NotDelivered { vacancy, .. } => {
                 self.vacate(vacancy).await;
-                return Turned::Failed("it had died before the request was sent".into());
+                let why = "it had died before the request was sent".into();
+                return (Turned::Failed(why), after);
             }
-            Ran::Lost { detail, .. } => return Turned::Failed(detail),
+            Ran::Lost { detail, .. } => return (Turned::Failed(detail), after),
         };
         let timed_out = matches!(stop, Some(Stop::Timeout(_)));
         let Slot::Live(live) = &mut self.slot else {
@@ -102,12 +108,13 @@ impl<D: Driver> Actor<D> {
         }
         // Drains the driver's captures of this turn (nothing is shown).
         let _ = self.driver.finish(rep, info, started, output).await;
-        Turned::Ran {
+        let turned = Turned::Ran {
             reply,
             timed_out,
             gone,
             shutdown,
-        }
+        };
+        (turned, after)
     }
 }
 

@@ -33,19 +33,12 @@ impl<D: Driver> Actor<D> {
         // one keeps the snapshot in a file of its own host.
         let (place, path) = match self.driver.fifo_dir(live) {
             Some((host_dir, kernel_dir)) => {
-                let fifo = match Fifo::make(&host_dir) {
+                let fifo = match Fifo::start(&host_dir, &job) {
                     Ok(f) => f,
                     Err(e) => return (Err(e), None),
                 };
                 let in_kernel = kernel_dir.join(fifo.path.file_name().unwrap_or_default());
-                let pump = {
-                    let (path, job) = (fifo.path.clone(), job.clone());
-                    tokio::task::spawn_blocking(move || snapshot::pump(&path, &job))
-                };
-                (
-                    Place::Fifo(fifo, pump),
-                    in_kernel.to_string_lossy().into_owned(),
-                )
+                (Place::Fifo(fifo), in_kernel.to_string_lossy().into_owned())
             }
             None if self.driver.snapshot_files() => (Place::File, job.file_name()),
             None => {
@@ -58,10 +51,11 @@ impl<D: Driver> Actor<D> {
             .with("path", path.as_bytes())
             .with("max", job.max().to_string().as_bytes())
             .encode();
-        let turned = self.op_turn(request, timeout, control).await;
-        // The runner is done with its end: collect what the pump did.
         let in_files = matches!(place, Place::File);
-        let pumped = place.release(&job).await;
+        // Once the runner is done with its end: collect what the pump did.
+        let (turned, pumped) = self
+            .op_turn(request, timeout, control, place.release())
+            .await;
         let (reply, timed_out, gone, shutdown) = match turned {
             Turned::Ran {
                 reply,
@@ -134,16 +128,16 @@ impl<D: Driver> Actor<D> {
 /// Where a snapshot turn's stream goes.
 enum Place {
     /// Through this FIFO, pumped by this blocking task.
-    Fifo(Fifo, tokio::task::JoinHandle<snapshot::Pumped>),
+    Fifo(Fifo),
     /// Into a file on the remote kernel's host.
     File,
 }
 
 impl Place {
     /// The runner is done: what the pump did (nothing to do for a file).
-    async fn release(self, job: &Job) -> snapshot::Pumped {
+    async fn release(self) -> snapshot::Pumped {
         match self {
-            Place::Fifo(fifo, pump) => fifo.release(job, pump).await,
+            Place::Fifo(fifo) => fifo.release().await,
             Place::File => Ok((0, 0)),
         }
     }
