@@ -230,28 +230,42 @@ impl KernelManager {
         let mut once: Option<Once> = None;
         for (i, t) in into.iter().enumerate() {
             let started = Instant::now();
-            let mut made = Err(ManagerError::ShutDown);
-            if refused.is_none() {
-                match self.process_fork(source_slot, t, kernel, &from_ws).await {
-                    Ok(Ok(forked)) => made = Ok(forked),
-                    Ok(Err(why)) => refused = Some(why),
-                    Err(e) => made = Err(e),
+            let made = match self.copy_into(t, &from_ws).await {
+                Ok(workspace_bytes) => {
+                    let by_process = match &refused {
+                        None => self.process_fork(source_slot, t, kernel).await,
+                        Some(why) => Err(why.clone()),
+                    };
+                    match by_process {
+                        Ok(kernel_id) => Ok(Forked {
+                            session: t.clone(),
+                            child: None,
+                            kernel_id: Some(kernel_id),
+                            path: ForkPath::Process,
+                            fallback_reason: None,
+                            workspace_bytes,
+                            seconds: 0.0,
+                        }),
+                        Err(why) => {
+                            let snapshot = self
+                                .snapshot_fork(source, t, kernel, backend, &mut once)
+                                .await;
+                            let forked = snapshot.map(|seconds| Forked {
+                                session: t.clone(),
+                                child: None,
+                                kernel_id: None,
+                                path: ForkPath::Snapshot,
+                                fallback_reason: Some(why.clone()),
+                                workspace_bytes,
+                                seconds,
+                            });
+                            refused = Some(why);
+                            forked
+                        }
+                    }
                 }
-            }
-            if let Some(why) = &refused {
-                made = self
-                    .snapshot_fork(source, t, kernel, backend, &from_ws, &mut once)
-                    .await
-                    .map(|(workspace_bytes, seconds)| Forked {
-                        session: t.clone(),
-                        child: None,
-                        kernel_id: None,
-                        path: ForkPath::Snapshot,
-                        fallback_reason: Some(why.clone()),
-                        workspace_bytes,
-                        seconds,
-                    });
-            }
+                Err(e) => Err(e),
+            };
             match made {
                 Ok(mut forked) => {
                     forked.seconds += started.elapsed().as_secs_f64();
@@ -281,29 +295,32 @@ impl KernelManager {
         Ok(report)
     }
 
-    /// One target by process fork: its workspace copied, then the
+    /// Copy `from_ws`'s files into `target`'s workspace (both paths do).
+    /// Returns the bytes copied.
+    async fn copy_into(&self, target: &str, from_ws: &Workspace) -> Result<u64, ManagerError> {
+        let to_ws = self.workspace(target)?;
+        let bytes = copy_workspace(from_ws, &to_ws)
+            .await
+            .map_err(|err| ForkError::Workspace {
+                target: target.to_owned(),
+                err,
+            })?;
+        Ok(bytes)
+    }
+
+    /// One target by process fork (its workspace copied already): the
     /// source's process forked into its kernel, installed as the target's
-    /// own. `Ok(Err(why))`: the process path does not apply (nothing of
-    /// the target's is left but its files, which the snapshot path copies
-    /// again).
+    /// own. Returns the new kernel's id, or why the process path does not
+    /// apply (nothing of the target's is left but its files).
     async fn process_fork(
         &self,
         source_slot: &super::slot::Slot,
         target: &str,
         kernel: &crate::kernel::Kernel,
-        from_ws: &Workspace,
-    ) -> Result<Result<Forked, String>, ManagerError> {
+    ) -> Result<String, String> {
         if self.shared.opts.kernel.sandbox.is_strict() {
-            return Ok(Err(crate::kernel::FORK_STRICT.into()));
+            return Err(crate::kernel::FORK_STRICT.into());
         }
-        let to_ws = self.workspace(target)?;
-        let workspace_bytes =
-            copy_workspace(from_ws, &to_ws)
-                .await
-                .map_err(|err| ForkError::Workspace {
-                    target: target.to_owned(),
-                    err,
-                })?;
         let source = source_slot.key.owner.as_str();
         // The source's spec (interpreter, cwd, tools): the key the
         // target's cells come with from the same front end.
@@ -311,14 +328,10 @@ impl KernelManager {
             owner: target.to_owned(),
             ..source_slot.key.clone()
         };
-        let opts = match self.local_options(&key) {
-            Ok(o) => o,
-            Err(e) => return Ok(Err(crate::error_chain(&e))),
-        };
-        let (child, names) = match kernel.fork_process(opts).await {
-            Ok(made) => made,
-            Err(why) => return Ok(Err(why)),
-        };
+        let opts = self
+            .local_options(&key)
+            .map_err(|e| crate::error_chain(&e))?;
+        let (child, names) = kernel.fork_process(opts).await?;
         let kernel_id = child.process_id();
         let slot = std::sync::Arc::new(super::slot::Slot::new(
             key.clone(),
@@ -345,30 +358,20 @@ impl KernelManager {
         }
         self.shared.state().slots.insert(key, slot);
         self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
-        Ok(Ok(Forked {
-            session: target.to_owned(),
-            child: None,
-            kernel_id: Some(kernel_id),
-            path: ForkPath::Process,
-            fallback_reason: None,
-            workspace_bytes,
-            seconds: 0.0,
-        }))
+        Ok(kernel_id)
     }
 
     /// One target by snapshot and restore: a local source is snapshotted
     /// once (`once`), the file linked to each target; a remote one once
-    /// per target, on its host. Returns the workspace bytes copied and
-    /// the seconds the snapshot took.
+    /// per target, on its host. Returns the seconds the snapshot took.
     async fn snapshot_fork(
         &self,
         source: &str,
         target: &str,
         kernel: &crate::kernel::Kernel,
         backend: &str,
-        from_ws: &Workspace,
         once: &mut Option<Once>,
-    ) -> Result<(u64, f64), ManagerError> {
+    ) -> Result<f64, ManagerError> {
         if backend == "local" && once.is_none() {
             let dir = self.shared.opts.snapshot_dir();
             std::fs::create_dir_all(&dir).map_err(|err| SnapshotError::Io {
@@ -398,8 +401,8 @@ impl KernelManager {
             Some(o) => (Copy::Linked(&o.tmp, &o.taken), o.seconds),
             None => (Copy::Remote(kernel), 0.0),
         };
-        let bytes = self.make_fork(source, target, copy, from_ws).await?;
-        Ok((bytes, seconds))
+        self.make_fork(source, target, copy).await?;
+        Ok(seconds)
     }
 
     /// Refuse a target that is not new.
@@ -432,22 +435,13 @@ impl KernelManager {
         Ok(())
     }
 
-    /// One target: the workspace copy, then the snapshot as its own.
-    /// Returns the bytes copied.
+    /// One target's snapshot of its own (its workspace copied already).
     async fn make_fork(
         &self,
         source: &str,
         target: &str,
         copy: Copy<'_>,
-        from_ws: &Workspace,
-    ) -> Result<u64, ManagerError> {
-        let to_ws = self.workspace(target)?;
-        let bytes = copy_workspace(from_ws, &to_ws)
-            .await
-            .map_err(|err| ForkError::Workspace {
-                target: target.to_owned(),
-                err,
-            })?;
+    ) -> Result<(), ManagerError> {
         let (zst, json) = snapshots::paths(&self.shared, target);
         let taken = match copy {
             Copy::Linked(tmp, taken) => {
@@ -476,7 +470,7 @@ impl KernelManager {
             forked_from: Some(source.to_owned()),
         };
         snapshots::write_meta(&json, &meta)?;
-        Ok(bytes)
+        Ok(())
     }
 
     /// Take back what a failed fork made for `target`.
