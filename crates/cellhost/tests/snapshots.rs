@@ -359,3 +359,63 @@ async fn snapshots_off_keep_the_old_contract() {
     assert!(err.to_string().contains("snapshots are off"), "{err}");
     m.shutdown().await;
 }
+
+/// The chaos run's "restored from a snapshot, yet the counter went from 1
+/// to 3": a session whose next cell came in while its evicted kernel's
+/// snapshot was still to be written started a fresh kernel, was told its
+/// state was lost, and the snapshot then written stood for a state the
+/// session no longer had (a later eviction without a snapshot brought it
+/// back). The next kernel must wait for that snapshot and load it. On a
+/// current-thread runtime the order is fixed: `b`'s call evicts `a` and
+/// yields with the snapshot task queued behind `a`'s next call.
+#[tokio::test]
+async fn a_session_back_while_its_eviction_snapshot_is_written_waits_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(snap_options(&dir).max_kernels(1)).await;
+    let count = "n = globals().get('n', 0) + 1\nn";
+    assert_eq!(run(&m, "a", count).await.value.as_deref(), Some("1"));
+    let evicts = tokio::spawn({
+        let m = m.clone();
+        async move { run(&m, "b", "1").await }
+    });
+    let back = tokio::spawn({
+        let m = m.clone();
+        async move { run(&m, "a", count).await }
+    });
+    assert!(evicts.await.unwrap().is_success());
+    let back = back.await.unwrap();
+    assert_eq!(m.stats().evictions, 1);
+    assert_eq!(back.value.as_deref(), Some("2"), "{back:?}");
+    let restored = back.kernel.restored.as_ref().expect("restored");
+    assert_eq!(restored.from, RestoreFrom::Evicted);
+    assert!(!back.kernel.state_lost, "{back:?}");
+    m.shutdown().await;
+}
+
+/// A session disposed while its evicted kernel's snapshot is still to be
+/// written: the snapshot must not land after the disposal removed the
+/// session's files (a host started later would bring the disposed state
+/// back, told as a restart).
+#[tokio::test]
+async fn a_disposal_during_an_eviction_snapshot_leaves_no_state_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(snap_options(&dir).max_kernels(1)).await;
+    run(&m, "a", "secret = 42").await;
+    let evicts = tokio::spawn({
+        let m = m.clone();
+        async move { run(&m, "b", "1").await }
+    });
+    let disposes = tokio::spawn({
+        let m = m.clone();
+        async move { m.dispose_owner("a").await }
+    });
+    assert!(evicts.await.unwrap().is_success());
+    disposes.await.unwrap();
+    assert_eq!(m.stats().evictions, 1);
+    m.shutdown().await;
+    let m = KernelManager::start(snap_options(&dir)).await;
+    let r = run(&m, "a", "'secret' in globals()").await;
+    assert_eq!(r.value.as_deref(), Some("False"), "{r:?}");
+    assert!(r.kernel.restored.is_none(), "{r:?}");
+    m.shutdown().await;
+}

@@ -131,6 +131,9 @@ impl KernelManager {
             .disposals
             .fetch_add(n as u64, Ordering::Relaxed);
         housekeeping::kill_all(victims).await;
+        // A snapshot still being written of a kernel that stopped just
+        // before would land after the removal below.
+        super::snapshots::written(&self.shared, &pick).await;
         for owner in told.iter().chain(&snapshots) {
             super::snapshots::remove(&self.shared, owner);
         }

@@ -50,7 +50,7 @@ pub(super) async fn run(shared: &Arc<Shared>) {
     let now = Instant::now();
     let opts = &shared.opts;
     let mut told = Vec::new();
-    let (reaped, evicted) = {
+    let stopping = {
         let mut state = shared.state();
         if state.closed {
             return;
@@ -99,22 +99,20 @@ pub(super) async fn run(shared: &Arc<Shared>) {
                 remember(&mut state, k, Tombstone::Evicted { max_kernels });
             }
         }
-        if !reaped.is_empty() || !evicted.is_empty() {
-            state.killing += 1;
+        if reaped.is_empty() && evicted.is_empty() {
+            return;
         }
-        (reaped, evicted)
+        state.killing += 1;
+        let c = &shared.counters;
+        c.reaps.fetch_add(reaped.len() as u64, Ordering::Relaxed);
+        c.evictions
+            .fetch_add(evicted.len() as u64, Ordering::Relaxed);
+        let mut all = reaped;
+        all.extend(evicted);
+        // Each one's state is snapshotted first, where snapshots are on.
+        super::snapshots::stopping(shared, &mut state, all)
     };
-    if reaped.is_empty() && evicted.is_empty() {
-        return;
-    }
-    let c = &shared.counters;
-    c.reaps.fetch_add(reaped.len() as u64, Ordering::Relaxed);
-    c.evictions
-        .fetch_add(evicted.len() as u64, Ordering::Relaxed);
-    let mut all = reaped;
-    all.extend(evicted);
-    // Each one's state is snapshotted first, where snapshots are on.
-    super::snapshots::stop_all(shared, all).await;
+    super::snapshots::stop_all(shared, stopping).await;
     shared.state().killing -= 1;
     for (owner, why) in told {
         let (change, note) = why.event();

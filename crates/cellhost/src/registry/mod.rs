@@ -98,6 +98,9 @@ struct State {
     /// New sessions a fork made (their snapshot waits beside the others),
     /// and the session each is a fork of, until their first kernel.
     forks: HashMap<String, String>,
+    /// Sessions whose stopped kernel's snapshot is being written, and the
+    /// gate their next kernel and their disposal wait on (`snapshots.rs`).
+    snapshotting: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
     closed: bool,
 }
 
@@ -270,6 +273,7 @@ impl KernelManager {
                 Some((slot.key.clone(), cellhost_protocol::RestoreFrom::Restart, k))
             })
             .collect();
+        let owned = snapshots::stopping(&self.shared, &mut self.shared.state(), owned);
         let pooled = self.shared.pool.close();
         let root = self.shared.opts.workspace_root();
         let pool_dirs: Vec<_> = pooled.iter().filter_map(|(_, ws)| ws.clone()).collect();

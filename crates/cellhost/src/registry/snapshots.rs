@@ -9,18 +9,22 @@
 //! kernel loads it (or fails to), and removed when the session is
 //! disposed, reset, or gets a fresh kernel for any reason a snapshot does
 //! not stand for (a kernel that died in a cell: its state is told lost).
+//! A stopping kernel's snapshot is gated: the session's next kernel and
+//! its disposal wait until it is written (`stopping`, `written`).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use cellhost_protocol::{RestoreFrom, Restored, Skipped, SnapshotReport};
 use serde::{Deserialize, Serialize};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use super::key::KernelKey;
 use super::slot::Tombstone;
 use super::workspace::dir_name;
-use super::Shared;
+use super::{Shared, State};
 use crate::kernel::{Kernel, SnapshotError, SnapshotLimits, StateChange};
 
 /// What the `.json` beside a snapshot says.
@@ -203,26 +207,68 @@ pub(super) fn write_meta(json: &Path, meta: &Meta) -> Result<(), SnapshotError> 
         })
 }
 
-/// Snapshot each stopping kernel that takes snapshots, then kill them
-/// all, concurrently; a session's next kernel waits for its snapshot.
-pub(super) async fn stop_all(
-    shared: &std::sync::Arc<Shared>,
+/// A kernel leaving the registry, and whether its state is snapshotted
+/// first: then the gate its session's next kernel and its disposal wait
+/// on, held until the snapshot is written (or failed).
+pub(super) struct Stopping {
+    key: KernelKey,
+    from: RestoreFrom,
+    kernel: Kernel,
+    snapshot: Option<(SnapshotLimits, OwnedMutexGuard<()>)>,
+}
+
+/// Decide which of `victims` (just removed from `state`, its lock still
+/// held) are snapshotted as they stop, and close each one's gate in that
+/// same step: a call that comes in after the removal can then never start
+/// the session's next kernel, nor dispose of it, before the snapshot that
+/// stands for its state is on disk (a snapshot written after the next
+/// kernel came up would stand for a state the session no longer has).
+/// One per session: a second victim of the same session is just stopped.
+pub(super) fn stopping(
+    shared: &Shared,
+    state: &mut State,
     victims: Vec<(KernelKey, RestoreFrom, Kernel)>,
-) {
+) -> Vec<Stopping> {
+    victims
+        .into_iter()
+        .map(|(key, from, kernel)| {
+            let snapshot = applies(shared, &key)
+                .filter(|_| !kernel.is_busy() && kernel.pid().is_some())
+                .filter(|_| !state.snapshotting.contains_key(&key.owner))
+                .and_then(|max| {
+                    let gate = Arc::new(Mutex::new(()));
+                    let held = gate.clone().try_lock_owned().ok()?;
+                    state.snapshotting.insert(key.owner.clone(), gate);
+                    Some((max, held))
+                });
+            Stopping {
+                key,
+                from,
+                kernel,
+                snapshot,
+            }
+        })
+        .collect()
+}
+
+/// Snapshot each stopping kernel that takes snapshots, then kill them
+/// all, concurrently.
+pub(super) async fn stop_all(shared: &Arc<Shared>, victims: Vec<Stopping>) {
     let mut set = tokio::task::JoinSet::new();
     let mut plain = Vec::new();
-    for (key, from, kernel) in victims {
-        match applies(shared, &key) {
-            Some(max) if !kernel.is_busy() && kernel.pid().is_some() => {
+    for v in victims {
+        match v.snapshot {
+            Some((max, gate)) => {
                 set.spawn(snapshot_then_stop(
-                    std::sync::Arc::downgrade(shared),
-                    key,
-                    from,
-                    kernel,
+                    Arc::downgrade(shared),
+                    v.key,
+                    v.from,
+                    v.kernel,
                     max,
+                    gate,
                 ));
             }
-            _ => plain.push(kernel),
+            None => plain.push(v.kernel),
         }
     }
     super::housekeeping::kill_all(plain).await;
@@ -235,9 +281,9 @@ async fn snapshot_then_stop(
     from: RestoreFrom,
     kernel: Kernel,
     max: SnapshotLimits,
+    gate: OwnedMutexGuard<()>,
 ) {
     if let Some(shared) = shared.upgrade() {
-        let _start = shared.starts.of(&key.owner).write().await;
         if let Err(e) = keep(&shared, &key.owner, &kernel, max, from, true).await {
             eprintln!(
                 "cellhost: session {}: no snapshot kept as its kernel stopped: {}",
@@ -245,8 +291,32 @@ async fn snapshot_then_stop(
                 crate::error_chain(&e)
             );
         }
+        let mut state = shared.state();
+        let ours = state
+            .snapshotting
+            .get(&key.owner)
+            .is_some_and(|g| Arc::ptr_eq(g, OwnedMutexGuard::mutex(&gate)));
+        if ours {
+            state.snapshotting.remove(&key.owner);
+        }
     }
+    drop(gate);
     kernel.shutdown().await;
+}
+
+/// Wait until no snapshot is being taken of a stopping kernel of an owner
+/// `pick` chooses (the gates open as of now: see [`stopping`]).
+pub(super) async fn written(shared: &Shared, pick: impl Fn(&str) -> bool) {
+    let gates: Vec<Arc<Mutex<()>>> = shared
+        .state()
+        .snapshotting
+        .iter()
+        .filter(|(owner, _)| pick(owner))
+        .map(|(_, gate)| gate.clone())
+        .collect();
+    for gate in gates {
+        drop(gate.lock().await);
+    }
 }
 
 /// What to tell (and what happened) when a fresh kernel came up.
@@ -273,6 +343,9 @@ pub(super) async fn restore(
     reset: bool,
     forked: Option<&str>,
 ) -> Loaded {
+    // The snapshot of the kernel this one follows may still be being
+    // written: neither load nor remove what is there before it is.
+    written(shared, |o| o == key.owner).await;
     // A fork's copy is loaded even with snapshots off: it was asked for.
     let limits = match (applies(shared, key), forked) {
         (Some(max), _) => max,
