@@ -97,7 +97,15 @@ impl DaemonSetup {
         }
         drain(out);
         if let Some(e) = child.stderr.take() {
-            drain(BufReader::new(e));
+            // Kept for the run's report (what the daemon said of a kernel
+            // whose staging dir it left).
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(self.root.join("daemon.log"))?;
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut BufReader::new(e), &mut { log });
+            });
         }
         Ok(Daemon { child })
     }
@@ -148,9 +156,24 @@ impl DaemonSetup {
         }
     }
 
-    /// Entries left in the kernels' staging root.
+    /// Entries left in the kernels' staging root, each with what is in it
+    /// and what the daemons' stderr said of it.
     pub fn staging_left(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(self.root.join("daemon.log")).unwrap_or_default();
         list(&self.staging_root())
+            .into_iter()
+            .map(|name| {
+                let dir = self.staging_root().join(&name);
+                let mut files = list(&dir);
+                files.sort();
+                let host = std::fs::read_to_string(dir.join(".host")).unwrap_or_default();
+                let said: Vec<&str> = log.lines().filter(|l| l.contains(&name)).take(5).collect();
+                format!(
+                    "{name} (files {files:?}, .host {:?}, daemon said {said:?})",
+                    host.trim()
+                )
+            })
+            .collect()
     }
 
     /// Remove everything this run created.

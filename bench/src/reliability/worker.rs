@@ -302,7 +302,13 @@ fn fork_and_check(shared: &Shared, conn: &mut Conn, ks: &Value, rng: &mut Rng, s
             }
             let _ = conn.delete(&format!("/v1/sessions/{target}"));
         }
-        Ok(_) => shared.count("fork: refused", 1),
+        Ok((code, v)) => shared.count(
+            &format!(
+                "fork: refused ({code} {})",
+                v["error"]["code"].as_str().unwrap_or("?")
+            ),
+            1,
+        ),
         Err(_) => shared.count("fork: no answer", 1),
     }
     shared.busy.fetch_sub(1, Ordering::SeqCst);
@@ -359,7 +365,13 @@ fn snapshot_then_kill(shared: &Arc<Shared>, addr: SocketAddr, ks: &Value, rng: &
         let mut conn = Conn::new(addr, Duration::from_secs(10));
         match conn.post(&format!("/v1/sessions/{who}/snapshot"), &json!({})) {
             Ok((200, _)) => sh.count("snapshot on request: taken", 1),
-            Ok(_) => sh.count("snapshot on request: refused", 1),
+            Ok((code, v)) => sh.count(
+                &format!(
+                    "snapshot on request: refused ({code} {})",
+                    v["error"]["code"].as_str().unwrap_or("?")
+                ),
+                1,
+            ),
             Err(_) => sh.count("snapshot on request: no answer", 1),
         }
     });

@@ -19,6 +19,35 @@ async fn the_staging_dir_is_private_and_removed_at_shutdown() {
     assert!(k.staging_dirs().is_empty());
 }
 
+/// A start given up part way (its caller hung up, the host shut down:
+/// the future is dropped before the runner's hello) leaves no staging dir
+/// behind.
+#[tokio::test]
+async fn a_start_given_up_part_way_leaves_no_staging_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let kernels = dir.path().join("kernels");
+    let listed = || -> Vec<_> {
+        std::fs::read_dir(&kernels)
+            .map(|rd| rd.map(|e| e.unwrap().file_name()).collect())
+            .unwrap_or_default()
+    };
+    // Given up as soon as its dir exists: the interpreter takes far longer
+    // than the 1 ms poll to say hello.
+    let mut start = Box::pin(cellhost::Kernel::spawn(options(&dir)));
+    loop {
+        tokio::select! {
+            r = &mut start => panic!("started before its dir was seen (ok: {})", r.is_ok()),
+            () = tokio::time::sleep(Duration::from_millis(1)) => {
+                if !listed().is_empty() {
+                    break;
+                }
+            }
+        }
+    }
+    drop(start);
+    assert!(listed().is_empty(), "staging dirs left: {:?}", listed());
+}
+
 #[tokio::test]
 async fn shutdown_kills_the_kernel_and_its_children() {
     let k = kernel().await;

@@ -30,6 +30,7 @@ use super::frame::{Frame, FrameReader};
 use super::leader::Leader;
 use super::local::LocalDriver;
 use super::process::{max_display_bytes, Process, Rpc, ToolListener};
+use super::staging::Staged;
 use super::{Kernel, KernelOptions, Observed};
 use crate::interpreter::Interpreter;
 use crate::sandbox::cgroup::KernelCgroup;
@@ -107,7 +108,8 @@ impl Kernel {
 /// The new kernel's home, made before the source forks.
 struct Home {
     id: String,
-    staging: PathBuf,
+    /// Removed with the home unless a process takes it.
+    staging: Staged,
     tools: ToolListener,
     /// The one-shot socket the child connects to.
     socket: PathBuf,
@@ -118,26 +120,22 @@ impl Home {
     fn make(opts: &KernelOptions) -> Result<Home, String> {
         let (id, staging, tools) =
             Process::make_staging(opts).map_err(|e| crate::error_chain(&e))?;
-        let bound = sys::bind_private_socket(&staging, "rehome.sock")
-            .and_then(tokio::net::UnixListener::from_std);
-        match bound {
-            Ok(listener) => Ok(Home {
-                id,
-                socket: staging.join("rehome.sock"),
-                staging,
-                tools,
-                listener,
-            }),
-            Err(e) => {
-                super::staging::remove(&staging);
-                Err(format!("the re-homing socket: {e}"))
-            }
-        }
+        let staging = Staged::new(staging);
+        let listener = sys::bind_private_socket(staging.path(), "rehome.sock")
+            .and_then(tokio::net::UnixListener::from_std)
+            .map_err(|e| format!("the re-homing socket: {e}"))?;
+        Ok(Home {
+            id,
+            socket: staging.path().join("rehome.sock"),
+            staging,
+            tools,
+            listener,
+        })
     }
 
     /// Hand the child `pid` its pipes and wait for its hello.
     async fn rehome(self, pid: u32, opts: &KernelOptions, rpc: &Rpc) -> Result<Process, String> {
-        let staging = self.staging.clone();
+        // (A failed home's staging dir goes with it.)
         let made = self.rehome_in(pid, opts, rpc).await;
         if made.is_err() {
             // The source's turn is held, so it has not reaped the child:
@@ -146,7 +144,6 @@ impl Home {
             if sys::process_group(pid) == Some(pid) {
                 sys::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
             }
-            super::staging::remove(&staging);
         }
         made
     }
@@ -173,7 +170,7 @@ impl Home {
         let watch = death_r.try_clone().map_err(|e| e.to_string())?;
         let packages = rpc.packages.as_ref().and_then(|p| p.dir());
         let payload = serde_json::json!({
-            "runner": self.staging.join("runner.py"),
+            "runner": self.staging.path().join("runner.py"),
             "token": &*rpc.token,
             "cwd": opts.cwd,
             "packages": packages,
@@ -229,7 +226,7 @@ impl Home {
             stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).map_err(io)?,
             _death: death_w,
             watcher: sys::watch_group(pid, watch).ok(),
-            staging: self.staging,
+            staging: self.staging.keep(),
             _etc: None,
             _tools: None,
             _egress: None,

@@ -167,6 +167,9 @@ impl Process {
         rpc: &Rpc,
     ) -> Result<Process, SpawnError> {
         let (id, staging, listener) = Self::make_staging(opts)?;
+        // Removed however this ends short of a process (an error, or this
+        // future dropped mid-start).
+        let staged = super::staging::Staged::new(staging.clone());
         let script = staging.join("runner.py");
         let egress = match &opts.sandbox {
             crate::Sandbox::Strict(crate::StrictSandbox {
@@ -175,7 +178,6 @@ impl Process {
             }) => match crate::egress::proxy::EgressProxy::bind(&staging) {
                 Ok(l) => Some((l, policy.clone())),
                 Err(err) => {
-                    super::staging::remove(&staging);
                     return Err(SpawnError::Io {
                         about: "create the egress proxy socket",
                         err,
@@ -184,23 +186,18 @@ impl Process {
             },
             _ => None,
         };
-        match Self::start(
+        let p = Self::start(
             opts,
             python,
             id,
-            staging.clone(),
+            staging,
             &script,
             workspace,
             (listener, rpc, egress),
         )
-        .await
-        {
-            Ok(p) => Ok(p),
-            Err(e) => {
-                super::staging::remove(&staging);
-                Err(e)
-            }
-        }
+        .await?;
+        staged.keep(); // the process owns it now
+        Ok(p)
     }
 
     /// A new kernel id, its staging dir with the runner's files, and its

@@ -40,3 +40,32 @@ pub(crate) fn create(root: &Path, id: &str, tmpfs: bool) -> io::Result<PathBuf> 
 pub(crate) fn remove(dir: &Path) {
     let _ = mount::remove_dir(dir);
 }
+
+/// A staging dir that is removed when dropped, until [`Staged::keep`]
+/// hands it to the process that owns it from then on: a start cancelled
+/// part way (its caller gave up, or the host shut down, and the future
+/// was dropped) leaves no dir behind.
+pub(crate) struct Staged(Option<PathBuf>);
+
+impl Staged {
+    pub(crate) fn new(dir: PathBuf) -> Staged {
+        Staged(Some(dir))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.0.as_deref().unwrap_or(Path::new(""))
+    }
+
+    /// The dir, no longer removed by this guard.
+    pub(crate) fn keep(mut self) -> PathBuf {
+        self.0.take().unwrap_or_default()
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            remove(&dir);
+        }
+    }
+}
