@@ -268,3 +268,67 @@ async fn a_new_sessions_first_cell_does_not_wait_for_the_pools_refill() {
     m.shutdown().await;
     assert_eq!(leftovers(dir.path()), Vec::<String>::new());
 }
+
+/// Whether a mount of `owner`'s volume (`…/<owner>-<hash>/vol/fs`) is in
+/// this process's mount table.
+fn volume_mounted(dir: &Path, owner: &str) -> bool {
+    leftovers_now(dir)
+        .iter()
+        .any(|l| l.starts_with("mount") && l.contains(&format!("/{owner}-")))
+}
+
+async fn read(ws: &cellhost::files::Workspace, path: &str) -> String {
+    let mut out = Vec::new();
+    ws.read_to(path, None, &mut out).await.expect("read");
+    String::from_utf8(out).unwrap()
+}
+
+#[tokio::test]
+async fn an_evicted_sessions_volume_is_detached_and_its_next_cell_or_file_call_mounts_it_again() {
+    common::require_bwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(options(&dir, 16).max_kernels(1)).await;
+    ok(&m, "s1", "open('/workspace/a.txt', 'w').write('one')").await;
+    // A file handle taken while s1's volume is mounted, used after.
+    let early = m.workspace("s1").unwrap();
+    ok(&m, "s2", "print(2)").await; // evicts s1
+    let within = std::time::Duration::from_secs(10);
+    assert!(
+        common::registry::eventually(within, || !volume_mounted(dir.path(), "s1")).await,
+        "s1 has no kernel: its volume is detached ({:?})",
+        leftovers_now(dir.path())
+    );
+    assert!(volume_mounted(dir.path(), "s2"));
+    // The handle reads and writes the volume (mounted again), never the
+    // empty mount point under it.
+    assert_eq!(read(&early, "a.txt").await, "one");
+    early
+        .write("b.txt", &b"two"[..], WriteLimits::default())
+        .await
+        .expect("write");
+    assert_eq!(
+        ok(
+            &m,
+            "s1",
+            "print(open('/workspace/a.txt').read() + open('/workspace/b.txt').read())"
+        )
+        .await,
+        "onetwo\n"
+    );
+    assert!(
+        common::registry::eventually(within, || !volume_mounted(dir.path(), "s2")).await,
+        "s2 was evicted in turn"
+    );
+    m.shutdown().await;
+    assert_eq!(leftovers(dir.path()), Vec::<String>::new());
+    // Nothing was ever written beside a volume, on the data dir's own
+    // filesystem under its mount point.
+    let root = dir.path().join("data/workspaces");
+    for e in std::fs::read_dir(&root).unwrap().flatten() {
+        let fs = e.path().join("vol/fs");
+        if fs.exists() {
+            let under: Vec<_> = std::fs::read_dir(&fs).unwrap().flatten().collect();
+            assert!(under.is_empty(), "{fs:?} holds {under:?}");
+        }
+    }
+}

@@ -21,9 +21,20 @@ const CHUNK: usize = 256 * 1024;
 pub(crate) const UPLOAD_PREFIX: &str = ".cellhost-upload-";
 const MIB: u64 = 1024 * 1024;
 
-/// How the workspace directory is made when missing (the manager knows
-/// whose it is: the strict kernel's uid, or the host user).
-pub type Prepare = Arc<dyn Fn(&Path) -> io::Result<()> + Send + Sync>;
+/// How the workspace directory is reached, and made when missing (the
+/// manager knows whose it is: the strict kernel's uid, or the host user;
+/// and whether it lies in a volume that may need mounting).
+pub type Prepare = Arc<dyn Fn(&Path, Need) -> io::Result<()> + Send + Sync>;
+
+/// What a [`Prepare`] is asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Make an existing workspace reachable (mount its volume, detached
+    /// while the session had no kernel); never create it.
+    Reach,
+    /// Reach it, and create it when missing.
+    Create,
+}
 
 /// One owner's workspace on this host.
 #[derive(Clone)]
@@ -96,23 +107,29 @@ impl Local {
         self.quota
     }
 
-    /// The root fd, or `None` when the workspace was never made.
+    /// The root fd, or `None` when the workspace was never made. A missing
+    /// root may be a detached volume's: reached again, then opened.
     fn root_fd(&self) -> Result<Option<OwnedFd>, FileError> {
-        match path::open_root(&self.root) {
+        let open = || match path::open_root(&self.root) {
             Ok(fd) => Ok(Some(fd)),
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
             Err(err) => Err(FileError::Io {
                 about: "open the workspace",
                 err,
             }),
+        };
+        if let Some(fd) = open()? {
+            return Ok(Some(fd));
         }
+        (self.prepare)(&self.root, Need::Reach).map_err(io_err("reach the workspace"))?;
+        open()
     }
 
     fn made_root_fd(&self) -> Result<OwnedFd, FileError> {
         if let Some(fd) = self.root_fd()? {
             return Ok(fd);
         }
-        (self.prepare)(&self.root).map_err(io_err("create the workspace"))?;
+        (self.prepare)(&self.root, Need::Create).map_err(io_err("create the workspace"))?;
         path::open_root(&self.root).map_err(io_err("open the workspace"))
     }
 

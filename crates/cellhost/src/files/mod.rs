@@ -26,8 +26,8 @@ pub(crate) mod spill;
 use serde::Serialize;
 
 pub use handle::{ByteReader, FileReader, Opened, Workspace, WriteLimits};
-pub use local::Prepare;
 pub(crate) use local::UPLOAD_PREFIX;
+pub use local::{Need, Prepare};
 pub use path::RelPath;
 /// Spill files of cut output kept per workspace (older ones are removed).
 pub use spill::KEEP as SPILL_KEEP;

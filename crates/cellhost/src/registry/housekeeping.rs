@@ -5,6 +5,7 @@
 //! cell is never a victim of housekeeping; neither is a pinned (delegated
 //! child's) kernel for the cap, nor an attached owner's for reaping.
 
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -50,7 +51,7 @@ pub(super) async fn run(shared: &Arc<Shared>) {
     let now = Instant::now();
     let opts = &shared.opts;
     let mut told = Vec::new();
-    let stopping = {
+    let (stopping, owners) = {
         let mut state = shared.state();
         if state.closed {
             return;
@@ -109,14 +110,46 @@ pub(super) async fn run(shared: &Arc<Shared>) {
             .fetch_add(evicted.len() as u64, Ordering::Relaxed);
         let mut all = reaped;
         all.extend(evicted);
+        let owners: Vec<String> = all
+            .iter()
+            .filter(|(k, _, _)| k.backend == "local")
+            .map(|(k, _, _)| k.owner.clone())
+            .collect();
         // Each one's state is snapshotted first, where snapshots are on.
-        super::snapshots::stopping(shared, &mut state, all)
+        (super::snapshots::stopping(shared, &mut state, all), owners)
     };
     super::snapshots::stop_all(shared, stopping).await;
+    release_volumes(shared, owners).await;
     shared.state().killing -= 1;
     for (owner, why) in told {
         let (change, note) = why.event();
         shared.events.kernel(&owner, change, &note);
+    }
+}
+
+/// Detach the volumes of `owners` left without a local kernel: 10,000
+/// sessions over 64 kernels hold about 64 mounts, not 10,000. A session's
+/// next cell or file call mounts its volume again.
+async fn release_volumes(shared: &Arc<Shared>, owners: Vec<String>) {
+    if !shared.opts.volumes() {
+        return;
+    }
+    let root = shared.opts.workspace_root();
+    for owner in owners {
+        // No kernel of this owner starts meanwhile.
+        let _start = shared.starts.of(&owner).write().await;
+        let ws = super::workspace::of_owner(&root, &owner, true);
+        let Some(vol) = super::volume::of_workspace(&ws).map(Path::to_path_buf) else {
+            continue;
+        };
+        let shared = shared.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            super::volume::release(&vol, || {
+                let state = shared.state();
+                state.closed || state.slots.keys().any(|k| k.owner == owner)
+            })
+        })
+        .await;
     }
 }
 

@@ -161,6 +161,21 @@ impl ManagerOptions {
         }
     }
 
+    /// `then`, with `ws`'s volume mounted (when it lies in one) and kept
+    /// so until `then` returns (see `volume::with_mounted`).
+    fn with_volume(
+        &self,
+        ws: &Path,
+        then: impl FnOnce() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        match (super::volume::of_workspace(ws), self.workspace_quota) {
+            (Some(vol), Some(quota)) if self.workspace_fs => {
+                super::volume::with_mounted(&self.workspace_root(), vol, quota, then)
+            }
+            _ => then(),
+        }
+    }
+
     /// Mount `ws`'s volume again if it has an image (after a restart or a
     /// disposal of its kernels, for a handle that only reads).
     pub(crate) fn remount_volume(&self, ws: &Path) {
@@ -308,7 +323,7 @@ impl ManagerOptions {
             opts.sandbox = Sandbox::Strict(strict.workspace(dir));
         } else if self.managed_plain() {
             let dir = dir();
-            if (self.prepare_workspace())(&dir).is_ok() {
+            if (self.prepare_workspace())(&dir, crate::files::Need::Create).is_ok() {
                 opts.cwd = Some(dir.clone());
                 opts.workspace_dir = Some(dir);
             }
@@ -347,28 +362,33 @@ impl ManagerOptions {
     pub(crate) fn prepare_workspace(&self) -> crate::files::Prepare {
         let strict = self.managed_strict().cloned();
         let this = self.clone();
-        std::sync::Arc::new(move |dir: &Path| {
+        std::sync::Arc::new(move |dir: &Path, need: crate::files::Need| {
             use std::os::unix::fs::DirBuilderExt;
-            this.ensure_volume(dir)?;
-            if let Some(parent) = dir.parent() {
-                std::fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(parent)?;
+            if need == crate::files::Need::Reach {
+                this.remount_volume(dir);
+                return Ok(());
             }
-            match &strict {
-                // Under a uid range the workspace's uid is allocated
-                // here, as a kernel's spawn would, so files uploaded
-                // before the first cell belong to the session's uid.
-                Some(strict) => this
-                    .strict_for(strict, dir, &dir.to_string_lossy())
-                    .and_then(|strict| crate::sandbox::launch::ensure_workspace(dir, &strict))
-                    .map_err(|e| std::io::Error::other(crate::error_chain(&e))),
-                None => match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-                    other => other,
-                },
-            }
+            this.with_volume(dir, || {
+                if let Some(parent) = dir.parent() {
+                    std::fs::DirBuilder::new()
+                        .recursive(true)
+                        .mode(0o700)
+                        .create(parent)?;
+                }
+                match &strict {
+                    // Under a uid range the workspace's uid is allocated
+                    // here, as a kernel's spawn would, so files uploaded
+                    // before the first cell belong to the session's uid.
+                    Some(strict) => this
+                        .strict_for(strict, dir, &dir.to_string_lossy())
+                        .and_then(|strict| crate::sandbox::launch::ensure_workspace(dir, &strict))
+                        .map_err(|e| std::io::Error::other(crate::error_chain(&e))),
+                    None => match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                        other => other,
+                    },
+                }
+            })
         })
     }
 

@@ -14,10 +14,12 @@
 //! extents only (a few hundred KiB); inode tables are never initialised
 //! (`lazy_itable_init` with `noinit_itable`), so an image stays sparse.
 //!
-//! The mount outlives kernels (eviction, reaping, reset); a restart finds
-//! the image and mounts it again; a SIGKILLed daemon's mounts are found
-//! mounted and reused. Disposal and shutdown detach them; the loop devices
-//! (autoclear) go with their last mount.
+//! The mount outlives a reset; an evicted or reaped session's volume is
+//! detached once it has no kernel (so many sessions over few kernels hold
+//! few mounts) and mounted again by its next cell or file call; a restart
+//! finds the image and mounts it again; a SIGKILLed daemon's mounts are
+//! found mounted and reused. Disposal and shutdown detach them; the loop
+//! devices (autoclear) go with their last mount.
 
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -77,7 +79,42 @@ fn image_bytes(quota: u64) -> u64 {
 /// # Errors
 /// The image could not be made or mounted.
 pub(crate) fn ensure(root: &Path, vol: &Path, quota: u64) -> io::Result<()> {
+    with_mounted(root, vol, quota, || Ok(()))
+}
+
+/// [`ensure`], then `then` while the volume cannot be detached: what it
+/// makes in the workspace lands in the volume, never in the mount point's
+/// directory underneath.
+///
+/// # Errors
+/// The image could not be made or mounted, or `then` failed.
+pub(crate) fn with_mounted(
+    root: &Path,
+    vol: &Path,
+    quota: u64,
+    then: impl FnOnce() -> io::Result<()>,
+) -> io::Result<()> {
     let _held = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    mount_locked(root, vol, quota)?;
+    then()
+}
+
+/// Detach the volume `vol` unless `in_use` (asked under the same lock as
+/// every mount, so a kernel starting or a file call creating the
+/// workspace meanwhile is never left on the bare mount point). Returns
+/// whether it was detached. A kernel still dying keeps its sandbox's bind
+/// until it is gone; a file call holding the workspace open keeps working
+/// on the detached filesystem.
+pub(crate) fn release(vol: &Path, in_use: impl FnOnce() -> bool) -> bool {
+    let _held = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let fs = vol.join(FS);
+    if !mount::is_mount_point(&fs) || in_use() {
+        return false;
+    }
+    mount::unmount_under(&fs) > 0
+}
+
+fn mount_locked(root: &Path, vol: &Path, quota: u64) -> io::Result<()> {
     let fs = vol.join(FS);
     if mount::is_mount_point(&fs) {
         return Ok(());
