@@ -126,7 +126,7 @@ pub(crate) async fn snapshot_session(
     responses(
         (status = 200, description = "The new sessions, in the order asked for, and which path made each", body = cellhost_protocol::ForkReport),
         (status = 400, description = "No, too many, repeated or invalid targets", body = crate::error::ErrorBody),
-        (status = 404, description = "Unknown session", body = crate::error::ErrorBody),
+        (status = 404, description = "The session has no live kernel and no snapshot of its state", body = crate::error::ErrorBody),
         (status = 409, description = "No live kernel, or a target already has a kernel, a snapshot or files", body = crate::error::ErrorBody),
         (status = 413, description = "The state is over [snapshots] max_mib", body = crate::error::ErrorBody),
         (status = 507, description = "The files are over a target's workspace quota", body = crate::error::ErrorBody),
@@ -152,7 +152,7 @@ pub(crate) async fn fork_session(
     responses(
         (status = 200, description = "The new sessions", body = cellhost_protocol::ForkReport),
         (status = 400, description = "Bad child id or targets", body = crate::error::ErrorBody),
-        (status = 404, description = "The child has no live kernel", body = crate::error::ErrorBody),
+        (status = 404, description = "The child has no live kernel and no snapshot of its state", body = crate::error::ErrorBody),
         (status = 409, description = "A target already has a kernel, a snapshot or files", body = crate::error::ErrorBody),
     )
 )]
@@ -183,10 +183,17 @@ async fn fork(
             format!("the body must be {{\"into\": \"s2\"}} or {{\"into\": [\"a\", {{\"session\": \"b\", \"child\": \"c\"}}]}}: {e}"),
         )
     })?;
-    if !has_kernels(state, &source) {
+    // A session at rest (its kernel evicted or reaped, its state in a
+    // snapshot) forks too.
+    if !has_kernels(state, &source) && !state.manager.has_snapshot(&source) {
         let what = match &child {
-            Some(c) => format!("session {session:?} has no live child {c:?} to fork"),
-            None => return Err(ApiError::unknown_session(session)),
+            Some(c) => format!(
+                "session {session:?} has no live child {c:?} and no snapshot of one to fork"
+            ),
+            None => format!(
+                "session {session:?} has no live kernel and no snapshot of its state to fork; \
+                 run a cell in it first (POST /v1/sessions/{{session}}/execute)"
+            ),
         };
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,

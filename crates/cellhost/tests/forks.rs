@@ -216,6 +216,53 @@ async fn a_fork_is_refused_with_reasons_and_leaves_nothing_behind() {
     m.shutdown().await;
 }
 
+/// A session at rest (its kernel evicted, its state in the snapshot
+/// taken as the kernel stopped) forks from that snapshot, and the source
+/// still gets its own state back on its next cell.
+#[tokio::test]
+async fn a_session_at_rest_forks_from_its_snapshot() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = none_options(&dir).snapshots(Some(64 << 20)).max_kernels(1);
+    let m = KernelManager::start(opts).await;
+    make_source(&m, "s").await;
+    run(&m, "other", "1").await; // evicts s, snapshotting it
+    assert_eq!(m.stats().evictions, 1);
+    assert!(m.list().iter().all(|k| k.owner != "s"));
+    let report = m.fork("s", &["t".to_owned()]).await.unwrap();
+    let f = &report.into[0];
+    assert_eq!(f.path, ForkPath::Snapshot);
+    let why = f.fallback_reason.as_deref().unwrap_or_default();
+    assert!(why.contains("no live kernel"), "{f:?}");
+    let t = run(
+        &m,
+        "t",
+        "n = n + 1
+(n, f(1), d['a'], open('made.txt').read())",
+    )
+    .await;
+    assert_eq!(
+        t.value.as_deref(),
+        Some("(2, 3, [1, 2], 'by the kernel')"),
+        "{t:?}"
+    );
+    assert_eq!(t.kernel.forked_from.as_deref(), Some("s"));
+    assert_eq!(t.kernel.restored.as_ref().unwrap().from, RestoreFrom::Fork);
+    assert!(!t.kernel.state_lost, "{t:?}");
+    assert_eq!(
+        read(&m, "t", "sub/dir/up.txt").await.as_deref(),
+        Some("uploaded")
+    );
+    // The source's own state, untouched by the fork's cell.
+    let s = run(&m, "s", "n").await;
+    assert_eq!(s.value.as_deref(), Some("1"), "{s:?}");
+    let restored = s.kernel.restored.as_ref().expect("restored");
+    assert_eq!(restored.from, RestoreFrom::Evicted);
+    // Neither a kernel nor a snapshot: nothing to fork.
+    let e = m.fork("ghost", &["x".to_owned()]).await.unwrap_err();
+    assert!(matches!(e, ManagerError::Snapshot(_)), "{e}");
+    m.shutdown().await;
+}
+
 #[tokio::test]
 async fn a_strict_session_forks_into_its_own_sandbox_and_workspace() {
     common::require_bwrap();

@@ -107,7 +107,9 @@ impl KernelManager {
     /// Fork `source`'s live (local, default-spec) kernel into each of
     /// `into` (new sessions, or delegated children): each starts with an
     /// independent copy of the source's state (loaded before its first
-    /// cell) and of its workspace files. The source runs on untouched.
+    /// cell) and of its workspace files. The source runs on untouched. A
+    /// source at rest (its kernel evicted, reaped or gone with a restart)
+    /// is forked from the snapshot its state rests in.
     ///
     /// # Errors
     /// Invalid names, too many or repeated targets, a target in use, the
@@ -132,10 +134,41 @@ impl KernelManager {
                 return Err(ForkError::Repeated(t.clone()).into());
             }
         }
-        let slot = snapshots::live_source(&self.shared, source)?;
+        // A kernel evicted between the look and the turn leaves its
+        // snapshot: then that is forked (and the other way round).
+        for _ in 0..3 {
+            let slot = match snapshots::live_source(&self.shared, source) {
+                Ok(slot) => Some(slot),
+                Err(SnapshotError::NoKernel) => None,
+                Err(e) => return Err(e.into()),
+            };
+            if let Some(slot) = slot {
+                let _turn = slot.turn.lock().await;
+                match snapshots::live_kernel(&slot) {
+                    Ok(kernel) => return self.fork_live(&slot, into, &kernel).await,
+                    Err(SnapshotError::NoKernel) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            // Its kernel is gone (evicted, reaped, a restart): from the
+            // snapshot its state rests in, if one does.
+            if let Some(report) = self.fork_resting(source, into).await? {
+                self.tell_forked(source, into.len());
+                return Ok(report);
+            }
+        }
+        Err(SnapshotError::NoKernel.into())
+    }
+
+    /// Fork `slot`'s live `kernel` (its turn held).
+    async fn fork_live(
+        &self,
+        slot: &super::slot::Slot,
+        into: &[String],
+        kernel: &crate::kernel::Kernel,
+    ) -> Result<ForkReport, ManagerError> {
+        let source = slot.key.owner.as_str();
         let backend = slot.key.backend.clone();
-        let _turn = slot.turn.lock().await;
-        let kernel = snapshots::live_kernel(&slot)?;
         // No kernel of a target starts, and none is disposed, while its
         // copy is made (striped locks, each once, in order).
         let mut held = Vec::new();
@@ -145,13 +178,18 @@ impl KernelManager {
         // A remote source's copy stays on its host: the new sessions run
         // on its backend too.
         let placed = self.place_targets(into, &backend)?;
-        let made = self.fork_into(&slot, into, &kernel, &backend).await;
+        let made = self.fork_into(slot, into, kernel, &backend).await;
         if made.is_err() {
             self.unplace(placed);
         }
         let report = made?;
         drop(held);
-        let n = into.len();
+        self.tell_forked(source, into.len());
+        Ok(report)
+    }
+
+    /// Tell `source`'s watchers it was forked into `n` new sessions.
+    fn tell_forked(&self, source: &str, n: usize) {
         let plural = if n == 1 { "session" } else { "sessions" };
         self.shared.events.kernel(
             source,
@@ -161,7 +199,13 @@ impl KernelManager {
                  state and files as they are now."
             ),
         );
-        Ok(report)
+    }
+
+    /// Whether `owner`'s state rests in a snapshot on this host (its
+    /// kernel is gone), so it can be forked without a live kernel.
+    pub fn has_snapshot(&self, owner: &str) -> bool {
+        let (zst, json) = snapshots::paths(&self.shared, owner);
+        zst.is_file() && json.is_file()
     }
 
     /// For a source on remote `backend`: each target runs there too (a
@@ -297,7 +341,11 @@ impl KernelManager {
 
     /// Copy `from_ws`'s files into `target`'s workspace (both paths do).
     /// Returns the bytes copied.
-    async fn copy_into(&self, target: &str, from_ws: &Workspace) -> Result<u64, ManagerError> {
+    pub(super) async fn copy_into(
+        &self,
+        target: &str,
+        from_ws: &Workspace,
+    ) -> Result<u64, ManagerError> {
         let to_ws = self.workspace(target)?;
         let bytes = copy_workspace(from_ws, &to_ws)
             .await
@@ -398,7 +446,7 @@ impl KernelManager {
             }
         }
         let (copy, seconds) = match once {
-            Some(o) => (Copy::Linked(&o.tmp, &o.taken), o.seconds),
+            Some(o) => (Copy::Linked(&o.tmp, &o.taken, true), o.seconds),
             None => (Copy::Remote(kernel), 0.0),
         };
         self.make_fork(source, target, copy).await?;
@@ -406,7 +454,7 @@ impl KernelManager {
     }
 
     /// Refuse a target that is not new.
-    async fn check_new(&self, target: &str) -> Result<(), ManagerError> {
+    pub(super) async fn check_new(&self, target: &str) -> Result<(), ManagerError> {
         let in_use = |why| ForkError::TargetInUse {
             target: target.to_owned(),
             why,
@@ -436,15 +484,17 @@ impl KernelManager {
     }
 
     /// One target's snapshot of its own (its workspace copied already).
-    async fn make_fork(
+    pub(super) async fn make_fork(
         &self,
         source: &str,
         target: &str,
         copy: Copy<'_>,
     ) -> Result<(), ManagerError> {
         let (zst, json) = snapshots::paths(&self.shared, target);
+        let mut whole = true;
         let taken = match copy {
-            Copy::Linked(tmp, taken) => {
+            Copy::Linked(tmp, taken, all) => {
+                whole = all;
                 let linked =
                     std::fs::hard_link(tmp, &zst).or_else(|_| std::fs::copy(tmp, &zst).map(drop));
                 linked.map_err(|err| SnapshotError::Io {
@@ -464,7 +514,7 @@ impl KernelManager {
             owner: target.to_owned(),
             from: RestoreFrom::Fork,
             taken: snapshots::now(),
-            whole: true,
+            whole,
             names: taken.names,
             skipped: taken.skipped.clone(),
             forked_from: Some(source.to_owned()),
@@ -474,7 +524,7 @@ impl KernelManager {
     }
 
     /// Take back what a failed fork made for `target`.
-    async fn undo_fork(&self, target: &str) {
+    pub(super) async fn undo_fork(&self, target: &str) {
         let kernels: Vec<crate::kernel::Kernel> = {
             let mut state = self.shared.state();
             let keys: Vec<_> = state
@@ -504,9 +554,14 @@ impl KernelManager {
 type Placed = Vec<(String, Option<String>)>;
 
 /// How a target gets its snapshot.
-enum Copy<'a> {
-    /// The one taken of a local source (a hard link, else a copy).
-    Linked(&'a std::path::Path, &'a crate::kernel::SnapshotSummary),
+pub(super) enum Copy<'a> {
+    /// The one taken of a local source (a hard link, else a copy);
+    /// whether it stands for the source's whole state (see `Meta::whole`).
+    Linked(
+        &'a std::path::Path,
+        &'a crate::kernel::SnapshotSummary,
+        bool,
+    ),
     /// One of its own, taken of the remote source on its host.
     Remote(&'a crate::kernel::Kernel),
 }

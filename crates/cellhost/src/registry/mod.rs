@@ -27,6 +27,7 @@ mod options;
 mod pool;
 mod recovery;
 mod remote;
+mod resting;
 mod slot;
 mod snapshots;
 mod start;
