@@ -121,8 +121,9 @@ fn run(o: &Opts, setup: &DaemonSetup) -> Result<(Value, bool)> {
     }
     let (sh, seed, addr) = (shared.clone(), rng.next(), setup.addr);
     let snapshots = setup.data_dir().join("snapshots");
+    let n = sessions.len();
     threads.push(std::thread::spawn(move || {
-        driver(sh, addr, seed, snapshots)
+        driver(sh, addr, seed, snapshots, n)
     }));
     let mut lives: Vec<Life> = Vec::new();
     let mut failures: Vec<String> = Vec::new();

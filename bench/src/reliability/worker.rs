@@ -168,7 +168,13 @@ fn brief(v: &Value) -> String {
 /// The fault driver: every 50–250 ms, SIGKILL a random kernel or
 /// interrupt a session whose kernel is busy, until `stop`; idle while
 /// paused.
-pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64, snapshots: std::path::PathBuf) {
+pub fn driver(
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    seed: u64,
+    snapshots: std::path::PathBuf,
+    sessions: usize,
+) {
     let mut rng = Rng::new(seed);
     let mut conn = Conn::new(addr, Duration::from_secs(10));
     let mut forks = 0u64;
@@ -191,7 +197,7 @@ pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64, snapshots: std::
         }
         if rng.below(6) == 0 {
             forks += 1;
-            fork_and_check(&shared, &mut conn, &ks, &mut rng, forks);
+            fork_and_check(&shared, &mut conn, &ks, &mut rng, (forks, sessions));
             continue;
         }
         let kill = rng.below(2) == 0;
@@ -237,15 +243,22 @@ pub fn driver(shared: Arc<Shared>, addr: SocketAddr, seed: u64, snapshots: std::
     }
 }
 
-/// Fork a live session into a new one, run a counter cell there, check
-/// what its answer says against what it printed, and dispose of it. The
-/// source had a live kernel, so it had run a cell: a fork that says its
-/// state came back (`restored`, not lost) continues the counter (n >= 2)
-/// and names its source (a source with no globals yet excepted); one
-/// whose copy could not be loaded (a truncated
-/// file, a daemon killed in between) says the state was lost and starts
-/// over (n == 1).
-fn fork_and_check(shared: &Shared, conn: &mut Conn, ks: &Value, rng: &mut Rng, seq: u64) {
+/// Fork a session (live, or any one, which may be at rest: its state in
+/// a snapshot) into a new one, run a counter cell there, check what its
+/// answer says against what it printed, and dispose of it. A source that
+/// forks has run a cell: a fork that says its state came back whole
+/// (`restored`, not lost) continues the counter (n >= 2) and names its
+/// source (a source with no globals yet excepted); one restored in part
+/// or from an older snapshot names its source; one whose copy could not
+/// be loaded (a truncated file, a daemon killed in between) says the
+/// state was lost and starts over (n == 1).
+fn fork_and_check(
+    shared: &Shared,
+    conn: &mut Conn,
+    ks: &Value,
+    rng: &mut Rng,
+    (seq, sessions): (u64, usize),
+) {
     // Idle or busy: a fork waits for the running cell (its turn).
     let live: Vec<&str> = ks
         .as_array()
@@ -256,10 +269,15 @@ fn fork_and_check(shared: &Shared, conn: &mut Conn, ks: &Value, rng: &mut Rng, s
                 .collect()
         })
         .unwrap_or_default();
-    if live.is_empty() {
+    // Half the time any session: one at rest (its kernel evicted, its
+    // state in a snapshot) forks from that snapshot.
+    let source = if rng.below(2) == 0 {
+        format!("s{:02}", rng.below(sessions as u64))
+    } else if live.is_empty() {
         return;
-    }
-    let source = live[rng.below(live.len() as u64) as usize].to_owned();
+    } else {
+        live[rng.below(live.len() as u64) as usize].to_owned()
+    };
     let target = format!("fork{seq}-{}", rng.below(1 << 30));
     // Counted busy, so a checkpoint waits for the fork's kernel to go.
     shared.busy.fetch_add(1, Ordering::SeqCst);
@@ -282,6 +300,10 @@ fn fork_and_check(shared: &Shared, conn: &mut Conn, ks: &Value, rng: &mut Rng, s
                 let empty = k["restored"]["names"] == 0;
                 let truthful = if restored && !lost {
                     (n >= 2 || empty) && k["forked_from"] == source.as_str()
+                } else if restored {
+                    // Partly restored, or from a snapshot older than the
+                    // state (taken on request, then the daemon was killed).
+                    k["forked_from"] == source.as_str()
                 } else {
                     lost && n == 1
                 };
