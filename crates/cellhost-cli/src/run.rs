@@ -115,6 +115,9 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
             .max_kernels(1)
             .warm_pool(0)
             .idle_timeout(None)
+            // One kernel: a warm template would be a second process that
+            // forks it once.
+            .templates(false)
             // [backends.*] and default_backend: the script may run remotely.
             .remote(&config),
     )

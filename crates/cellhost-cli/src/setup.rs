@@ -147,6 +147,7 @@ pub(crate) async fn host(args: &HostArgs, config: Config) -> Result<Host, u8> {
             .snapshot_timeout(config.snapshots.timeout())
             .preload(config.kernel.preload.clone())
             .warmup(config.kernel.warmup)
+            .templates(config.kernel.template)
             .workspace_quota(config.limits.workspace_quota())
             .workspace_fs(config.limits.workspace_fs)
             .event_buffer(config.server.events_buffer)

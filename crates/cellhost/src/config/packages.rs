@@ -99,6 +99,11 @@ pub struct KernelConfig {
     /// pandas, numpy and matplotlib.pyplot (first-call costs paid in the
     /// pool), then freeze the heap for the GC. Default true.
     pub warmup: bool,
+    /// New local kernels that can be (not strict, nothing installed in
+    /// their session's package dir yet) are forks of a warm template of
+    /// their flavour, which has started Python and imported the runner
+    /// and `preload` once (docs/templates.md). Default true.
+    pub template: bool,
 }
 
 impl Default for KernelConfig {
@@ -106,6 +111,7 @@ impl Default for KernelConfig {
         KernelConfig {
             preload: Vec::new(),
             warmup: true,
+            template: true,
         }
     }
 }

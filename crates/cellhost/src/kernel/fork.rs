@@ -168,7 +168,12 @@ impl Home {
         let (out_r, out_w) = pipe("the stdout pipe")?;
         let (err_r, err_w) = pipe("the stderr pipe")?;
         let watch = death_r.try_clone().map_err(|e| e.to_string())?;
-        let packages = rpc.packages.as_ref().and_then(|p| p.dir());
+        // Made as a spawn makes it (a pip install goes there).
+        let packages = rpc.packages.as_ref().and_then(|p| {
+            let dir = p.dir()?;
+            crate::packages::ensure_dir(&dir, p.uid, p.gid).ok()?;
+            Some(dir)
+        });
         let payload = serde_json::json!({
             "runner": self.staging.path().join("runner.py"),
             "token": &*rpc.token,

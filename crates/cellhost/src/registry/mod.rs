@@ -32,6 +32,7 @@ mod slot;
 mod snapshots;
 mod start;
 mod stats;
+mod template;
 mod uids;
 mod volume;
 mod workspace;
@@ -119,6 +120,8 @@ struct Shared {
     muted: EventBus,
     /// Serializes kernel starts with disposals of the same session.
     starts: dispose::Starts,
+    /// Warm templates new kernels are forked from (`template.rs`).
+    templates: template::Templates,
 }
 
 impl Drop for Shared {
@@ -214,6 +217,7 @@ impl KernelManager {
             counters: Counters::default(),
             recovery,
             starts: dispose::Starts::default(),
+            templates: template::Templates::default(),
         });
         pool::refill(&shared);
         housekeeping::start_reaper(&shared);
@@ -278,7 +282,8 @@ impl KernelManager {
         let pooled = self.shared.pool.close();
         let root = self.shared.opts.workspace_root();
         let pool_dirs: Vec<_> = pooled.iter().filter_map(|(_, ws)| ws.clone()).collect();
-        let unowned: Vec<Kernel> = pooled.into_iter().map(|(k, _)| k).collect();
+        let mut unowned: Vec<Kernel> = pooled.into_iter().map(|(k, _)| k).collect();
+        unowned.extend(self.shared.templates.close().await);
         // Idle owned kernels leave a snapshot for the next host (where
         // snapshots are on); the pool's are just killed.
         tokio::join!(

@@ -43,6 +43,11 @@ pub struct ManagerOptions {
     /// `[kernel] warmup` (default on): pooled kernels warm their
     /// preloaded modules up (see [`KernelOptions::warmup`]).
     pub warmup: bool,
+    /// `[kernel] template` (default on): new local kernels that can be
+    /// (not strict, no packages in their package dir yet) are forks of a
+    /// warm template of their flavour, which has imported the runner and
+    /// `preload` once (docs/templates.md).
+    pub templates: bool,
     /// Bytes a session's workspace may hold (`[limits] workspace_mib`,
     /// default 4096 MiB); `None`: unlimited. Uploads respect it.
     pub workspace_quota: Option<u64>,
@@ -87,6 +92,7 @@ impl ManagerOptions {
             tools: ToolSet::new(),
             preload: Vec::new(),
             warmup: true,
+            templates: true,
             workspace_quota: crate::config::LimitsConfig::default().workspace_quota(),
             workspace_fs: true,
             event_buffer: crate::events::DEFAULT_WATCHER_BUFFER,
@@ -254,6 +260,13 @@ impl ManagerOptions {
     /// Modules pooled kernels import before they are handed out.
     pub fn preload(mut self, modules: Vec<String>) -> Self {
         self.preload = modules;
+        self
+    }
+
+    /// Whether new kernels are forks of a warm template (default on); see
+    /// [`ManagerOptions::templates`].
+    pub fn templates(mut self, on: bool) -> Self {
+        self.templates = on;
         self
     }
 

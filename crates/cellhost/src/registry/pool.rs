@@ -193,7 +193,14 @@ async fn fill(weak: Weak<Shared>) {
             return;
         }
     }
-    let spawned = Kernel::spawn(*opts).await;
+    let forked = match weak.upgrade() {
+        Some(shared) => super::template::fork(&shared, &opts).await,
+        None => None,
+    };
+    let spawned = match forked {
+        Some(k) => Ok(k),
+        None => Kernel::spawn(*opts).await,
+    };
     let Some(shared) = weak.upgrade() else {
         // The manager was dropped while this kernel started: its
         // workspace (a mounted volume) goes with it (the guard).

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::key::KernelKey;
 use super::slot::{Life, Slot};
-use super::{housekeeping, pool, remote, workspace, KernelManager, ManagerError};
+use super::{housekeeping, pool, remote, template, workspace, KernelManager, ManagerError};
 use crate::kernel::{Kernel, KernelError};
 
 impl KernelManager {
@@ -148,7 +148,11 @@ impl KernelManager {
                 }
             }
         }
-        let k = Kernel::spawn(self.local_options(key)?).await?;
+        let opts = self.local_options(key)?;
+        let k = match template::fork(&self.shared, &opts).await {
+            Some(k) => k,
+            None => Kernel::spawn(opts).await?,
+        };
         self.shared.counters.spawns.fetch_add(1, Ordering::Relaxed);
         Ok((k, refill))
     }

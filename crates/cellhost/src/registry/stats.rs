@@ -26,6 +26,10 @@ pub struct ManagerStats {
     pub disposals: u64,
     /// Tool calls that reached a tool.
     pub tool_calls: u64,
+    /// Warm templates started (one per flavour, again after one failed).
+    pub templates: u64,
+    /// New kernels forked from a warm template (counted in `spawns` too).
+    pub template_forks: u64,
 }
 
 /// The live counters behind [`ManagerStats`].
@@ -37,6 +41,8 @@ pub(super) struct Counters {
     pub(super) reaps: AtomicU64,
     pub(super) disposals: AtomicU64,
     pub(super) tool_calls: AtomicU64,
+    pub(super) templates: AtomicU64,
+    pub(super) template_forks: AtomicU64,
 }
 
 impl KernelManager {
@@ -98,6 +104,8 @@ impl KernelManager {
             reaps: c.reaps.load(Ordering::Relaxed),
             disposals: c.disposals.load(Ordering::Relaxed),
             tool_calls: c.tool_calls.load(Ordering::Relaxed),
+            templates: c.templates.load(Ordering::Relaxed),
+            template_forks: c.template_forks.load(Ordering::Relaxed),
         }
     }
 }

@@ -572,6 +572,23 @@ def _fork_op(runner, req):
     return None
 
 
+_TEMPLATE_NAME = "cellhost-tmpl"
+_process_name = None  # the name a template had before it took its own
+
+
+def _name_process(name):
+    global _process_name
+    try:
+        with open("/proc/self/comm", "r+") as f:
+            before = f.read().strip()
+            f.seek(0)
+            f.write(name)
+        if name == _TEMPLATE_NAME:
+            _process_name = before
+    except OSError:
+        pass
+
+
 def _rehome(runner, path):
     global _forked, _runner_file, _tools_token, _packages_dir, _runner_fds
     import json
@@ -606,6 +623,8 @@ def _rehome(runner, path):
     for fd in fds:
         os.close(fd)
     _forked = False
+    if _process_name is not None:
+        _name_process(_process_name)  # forked from a template: a kernel again
     _runner_file = new["runner"]
     _tools_token = new["token"]
     sock = os.path.join(os.path.dirname(_runner_file), "tools.sock")
@@ -668,6 +687,8 @@ def main():
     global _tools_token, _dialect, _runner_fds
     _parse_args()
     _tools_token = os.environ.pop("CELLHOST_TOOLS_TOKEN", None)
+    if os.environ.pop("CELLHOST_TEMPLATE", None) == "1":
+        _name_process(_TEMPLATE_NAME)  # a warm template: its forks are kernels
     _dialect = os.environ.pop("CELLHOST_BENCH_NO_DIALECT", None) != "1"
     if _cpu_per_cell:
         # Import `resource` (a shared library) and set the limit now, at

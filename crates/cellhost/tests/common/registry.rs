@@ -45,8 +45,10 @@ impl TestManager {
     }
 }
 
-/// Pids of live processes whose command line names a runner script under
-/// `run_dir` (read from /proc: real processes, not registry entries).
+/// Pids of live kernel processes whose command line names a runner script
+/// under `run_dir` (read from /proc: real processes, not registry
+/// entries). Warm templates (named `cellhost-tmpl`; their forks share
+/// their command line) are not kernels: see [`template_pids`].
 pub fn runner_pids(run_dir: &Path) -> Vec<u32> {
     let needle = run_dir.to_string_lossy().into_owned();
     let mut pids = Vec::new();
@@ -62,11 +64,50 @@ pub fn runner_pids(run_dir: &Path) -> Vec<u32> {
             continue;
         };
         let cmdline = String::from_utf8_lossy(&cmdline);
-        if cmdline.contains("runner.py") && cmdline.contains(&needle) && super::pid_alive(pid) {
+        if cmdline.contains("runner.py")
+            && cmdline.contains(&needle)
+            && super::pid_alive(pid)
+            && !is_template(pid)
+        {
             pids.push(pid);
         }
     }
     pids
+}
+
+/// Whether `pid` is a warm template (it names itself so).
+pub fn is_template(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "cellhost-tmpl")
+}
+
+/// Live warm templates anywhere on the machine whose parent is `parent`.
+pub fn template_pids(parent: u32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if is_template(pid) && parent_of(pid) == Some(parent) && super::pid_alive(pid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The parent pid of `pid` (from /proc/<pid>/stat).
+pub fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the `(comm)`, which may hold spaces: state, then ppid.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 /// Poll `f` until it holds or `within` passes.
