@@ -12,7 +12,9 @@
 //! Environment: BENCH_FIRST (30) new sessions per variant, BENCH_PANDAS
 //! (10) pandas sessions per variant, BENCH_IDLE (1000) idle template
 //! forks, BENCH_IDLE_PLAIN (100) idle plain kernels (each holds its own
-//! pandas: 1,000 of them would not fit this machine's memory).
+//! pandas: 1,000 of them would not fit this machine's memory),
+//! BENCH_WORKSPACE_FS=0 for workspaces without volumes of their own (a
+//! new session's volume is made on its first reply's path, both ways).
 
 #[path = "args.rs"]
 mod args;
@@ -42,6 +44,7 @@ fn manager(dir: &tempfile::TempDir, python: &PathBuf, templates: bool) -> Manage
         .idle_timeout(None)
         .warm_pool(0)
         .templates(templates)
+        .workspace_fs(std::env::var("BENCH_WORKSPACE_FS").as_deref() != Ok("0"))
 }
 
 async fn cell(m: &KernelManager, owner: &str, code: &str) -> Result<Duration> {

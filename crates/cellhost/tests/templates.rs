@@ -94,6 +94,29 @@ async fn new_kernels_are_forks_of_one_warm_template_each_a_kernel_of_its_own() {
         "the template goes with the manager"
     );
     assert!(!common::pid_alive(b));
+    // Its spare (the next kernel, forked ahead) too: nothing of the
+    // manager's runs on.
+    let run = dir.path().join("run");
+    assert!(
+        eventually(Duration::from_secs(5), || started_under(&run).is_empty()).await,
+        "left running: {:?}",
+        started_under(&run)
+    );
+}
+
+/// Live processes whose command line names `dir` (kernels, templates and
+/// spares alike: a fork keeps its template's command line).
+fn started_under(dir: &std::path::Path) -> Vec<u32> {
+    let needle = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
+                && common::pid_alive(*pid)
+        })
+        .collect()
 }
 
 #[tokio::test]
@@ -121,11 +144,16 @@ async fn a_template_killed_costs_no_kernel_and_new_ones_start_plainly() {
     assert!(eventually(Duration::from_secs(5), || !common::pid_alive(template)).await);
     // The fork outlives its template (it has its own death pipe).
     assert_eq!(pid_of(&m, "a").await, first, "a's kernel lives on");
-    // A new session still gets a kernel: spawned plainly while the
+    // New sessions still get kernels: the spare forked before the kill
+    // (a whole kernel-to-be of its own), then plain spawns while the
     // broken template's flavour waits to be tried again.
     let b = pid_of(&m, "b").await;
-    assert_eq!(parent_of(b), Some(std::process::id()));
+    assert_ne!(parent_of(b), Some(template));
+    let c = pid_of(&m, "c").await;
+    assert_eq!(parent_of(c), Some(std::process::id()), "spawned plainly");
+    assert_eq!(value(&m, "b", "1 + 1").await, "2");
     m.shutdown().await;
+    assert!(!common::pid_alive(b), "b goes with the manager too");
 }
 
 #[tokio::test]

@@ -56,26 +56,35 @@ impl Kernel {
     /// Why the process was not forked (the kernel's kind, what its state
     /// holds, or a failure on the way, with nothing left behind).
     pub(crate) async fn fork_process(&self, opts: KernelOptions) -> Result<(Kernel, u64), Refusal> {
+        let child = self.fork_child(&opts, false).await?;
+        let names = child.names;
+        Ok((child.into_kernel(opts).await?, names))
+    }
+
+    /// A fork of this kernel's process that waits, in its own process
+    /// group and cgroup, to be made a kernel ([`Spare::into_kernel`]): a
+    /// template's next kernel, made before it is asked for. `opts` are
+    /// the template's (its limits make the cgroup).
+    ///
+    /// # Errors
+    /// As [`Kernel::fork_process`].
+    pub(crate) async fn fork_spare(&self, opts: &KernelOptions) -> Result<Spare, Refusal> {
+        self.fork_child(opts, true).await
+    }
+
+    async fn fork_child(&self, opts: &KernelOptions, waits: bool) -> Result<Spare, Refusal> {
         if opts.sandbox.is_strict() {
             return Err(STRICT.into());
         }
-        let failed = |what: &str, why: String| format!("the process fork failed ({what}: {why})");
-        let python = opts.python.clone();
-        let interpreter =
-            tokio::task::spawn_blocking(move || Interpreter::resolve(python.as_deref()))
-                .await
-                .map_err(|e| failed("the interpreter lookup", e.to_string()))?
-                .map_err(|e| failed("the interpreter lookup", crate::error_chain(&e)))?;
-        let observed = Arc::new(Observed::default());
-        let driver = LocalDriver::new(opts.clone(), interpreter, observed.clone())
-            .map_err(|e| failed("the new kernel's driver", crate::error_chain(&e)))?;
-        let home = Home::make(&opts).map_err(|e| failed("the new kernel's staging dir", e))?;
-        let request = Frame::new()
+        let home = Home::make(opts).map_err(|e| failed("the new kernel's staging dir", e))?;
+        let mut request = Frame::new()
             .with("op", "fork")
-            .with("path", home.socket.to_string_lossy().as_bytes())
-            .encode();
+            .with("path", home.socket.to_string_lossy().as_bytes());
+        if waits {
+            request = request.with("wait", "1");
+        }
         let reply = self
-            .op(request, opts.spawn_timeout)
+            .op(request.encode(), opts.spawn_timeout)
             .await
             .map_err(|why| failed("the source kernel", why))?;
         if reply.text("status").as_deref() != Some("ok") {
@@ -97,12 +106,27 @@ impl Kernel {
         ) else {
             return Err(failed("the source's reply", "no pid".into()));
         };
-        let proc = home
-            .rehome(pid, &opts, driver.rpc())
+        let mut spare = Spare {
+            pid,
+            names,
+            home: Some(home),
+            leader: None,
+            stream: None,
+            cgroup: None,
+            death: None,
+            watcher: None,
+        };
+        // (Dropped on failure: the child and its cgroup are killed.)
+        spare
+            .connect(opts)
             .await
             .map_err(|why| failed("re-homing the child", why))?;
-        Ok((Actor::adopting(driver, proc, observed), names))
+        Ok(spare)
     }
+}
+
+fn failed(what: &str, why: String) -> String {
+    format!("the process fork failed ({what}: {why})")
 }
 
 /// The new kernel's home, made before the source forks.
@@ -132,26 +156,51 @@ impl Home {
             listener,
         })
     }
+}
 
-    /// Hand the child `pid` its pipes and wait for its hello.
-    async fn rehome(self, pid: u32, opts: &KernelOptions, rpc: &Rpc) -> Result<Process, String> {
-        // (A failed home's staging dir goes with it.)
-        let made = self.rehome_in(pid, opts, rpc).await;
-        if made.is_err() {
-            // The source's turn is held, so it has not reaped the child:
-            // its pid is still the child's. Its group, once it has one.
-            sys::signal_pid(pid, nix::sys::signal::Signal::SIGKILL);
-            if sys::process_group(pid) == Some(pid) {
-                sys::signal_group(pid, nix::sys::signal::Signal::SIGKILL);
-            }
+/// A forked child on its way to being a kernel: connected to its home's
+/// socket (its pid checked), in a process group and cgroup of its own,
+/// waiting for its pipes. Killed, with its cgroup, if dropped before it
+/// is a kernel.
+pub(crate) struct Spare {
+    pid: u32,
+    names: u64,
+    home: Option<Home>,
+    leader: Option<Leader>,
+    stream: Option<std::os::unix::net::UnixStream>,
+    cgroup: Option<KernelCgroup>,
+    /// Its death pipe (the read end is sent on) and the group watcher on
+    /// it, started with the spare: a `/bin/sh` spawn off the hand-over.
+    death: Option<(OwnedFd, OwnedFd)>,
+    watcher: Option<tokio::process::Child>,
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        if self.home.is_none() {
+            return; // a kernel now
         }
-        made
+        // Its pid is still the child's: the source holds it (it reaps
+        // between its requests, and this child has not been handed on).
+        sys::signal_pid(self.pid, nix::sys::signal::Signal::SIGKILL);
+        if sys::process_group(self.pid) == Some(self.pid) {
+            sys::signal_group(self.pid, nix::sys::signal::Signal::SIGKILL);
+        }
+        // The cgroup's own drop kills what is left in it and removes it.
     }
+}
 
-    async fn rehome_in(self, pid: u32, opts: &KernelOptions, rpc: &Rpc) -> Result<Process, String> {
-        let leader = Leader::forked(pid).map_err(|e| format!("a pidfd on the child: {e}"))?;
+impl Spare {
+    /// Accept the child's connection and move it into its cgroup.
+    async fn connect(&mut self, opts: &KernelOptions) -> Result<(), String> {
+        let pid = self.pid;
+        self.leader = Some(Leader::forked(pid).map_err(|e| format!("a pidfd on the child: {e}"))?);
+        let home = self
+            .home
+            .as_ref()
+            .expect("a spare has its home until it is a kernel");
         let within = opts.spawn_timeout;
-        let (stream, _) = tokio::time::timeout(within, self.listener.accept())
+        let (stream, _) = tokio::time::timeout(within, home.listener.accept())
             .await
             .map_err(|_| format!("the child did not connect within {} s", within.as_secs()))?
             .map_err(|e| format!("accept the child: {e}"))?;
@@ -159,45 +208,19 @@ impl Home {
         if peer != Some(pid as i32) {
             return Err(format!("pid {peer:?} connected, not the child {pid}"));
         }
-        drop(self.listener);
-        let _ = std::fs::remove_file(&self.socket);
-        let pipe = |about: &str| sys::pipe().map_err(|e| format!("{about}: {e}"));
-        let (req_r, req_w) = pipe("the request pipe")?;
-        let (rep_r, rep_w) = pipe("the reply pipe")?;
-        let (death_r, death_w) = pipe("the death pipe")?;
-        let (out_r, out_w) = pipe("the stdout pipe")?;
-        let (err_r, err_w) = pipe("the stderr pipe")?;
-        let watch = death_r.try_clone().map_err(|e| e.to_string())?;
-        // Made as a spawn makes it (a pip install goes there).
-        let packages = rpc.packages.as_ref().and_then(|p| {
-            let dir = p.dir()?;
-            crate::packages::ensure_dir(&dir, p.uid, p.gid).ok()?;
-            Some(dir)
-        });
-        let payload = serde_json::json!({
-            "runner": self.staging.path().join("runner.py"),
-            "token": &*rpc.token,
-            "cwd": opts.cwd,
-            "packages": packages,
-        })
-        .to_string();
+        let _ = std::fs::remove_file(&home.socket);
         let stream = stream.into_std().map_err(|e| e.to_string())?;
         stream.set_nonblocking(false).map_err(|e| e.to_string())?;
-        let sent: [&OwnedFd; 5] = [&out_w, &err_w, &req_r, &rep_w, &death_r];
-        let raw: Vec<i32> = sent.iter().map(|fd| fd.as_raw_fd()).collect();
-        sendmsg::<()>(
-            stream.as_raw_fd(),
-            &[IoSlice::new(payload.as_bytes())],
-            &[ControlMessage::ScmRights(&raw)],
-            MsgFlags::empty(),
-            None,
-        )
-        .map_err(|e| format!("send the child its pipes: {e}"))?;
-        drop(stream); // EOF: the payload is whole
-        drop((out_w, err_w, req_r, rep_w, death_r));
+        self.stream = Some(stream);
+        // The watcher's spawn before the cgroup move, which may wait out
+        // an RCU grace period.
+        let (death_r, death_w) = sys::pipe().map_err(|e| format!("the death pipe: {e}"))?;
+        let watch = death_r.try_clone().map_err(|e| e.to_string())?;
+        self.watcher = sys::watch_group(pid, watch).ok();
+        self.death = Some((death_r, death_w));
         let cgroup = if opts.limits.cgroups {
             KernelCgroup::create(
-                &self.id,
+                &home.id,
                 opts.limits.memory_bytes,
                 opts.limits.max_processes,
             )
@@ -211,37 +234,121 @@ impl Home {
                 return Err(format!("move the child into its cgroup: {e}"));
             }
         }
+        self.cgroup = cgroup;
+        Ok(())
+    }
+
+    /// Whether the child still lives (a spare can wait long).
+    pub(crate) fn is_alive(&self) -> bool {
+        self.leader.as_ref().is_some_and(Leader::holds_pid) && sys::pid_alive(self.pid)
+    }
+
+    /// Make the child a kernel of `opts`: its pipes, runner dir, tool
+    /// token, cwd and package dir sent, its hello awaited.
+    ///
+    /// # Errors
+    /// Why not (the child is killed, nothing of it left behind).
+    pub(crate) async fn into_kernel(mut self, opts: KernelOptions) -> Result<Kernel, Refusal> {
+        let python = opts.python.clone();
+        let interpreter =
+            tokio::task::spawn_blocking(move || Interpreter::resolve(python.as_deref()))
+                .await
+                .map_err(|e| failed("the interpreter lookup", e.to_string()))?
+                .map_err(|e| failed("the interpreter lookup", crate::error_chain(&e)))?;
+        let observed = Arc::new(Observed::default());
+        let driver = LocalDriver::new(opts.clone(), interpreter, observed.clone())
+            .map_err(|e| failed("the new kernel's driver", crate::error_chain(&e)))?;
+        let proc = self
+            .hand_over(&opts, driver.rpc())
+            .await
+            .map_err(|why| failed("re-homing the child", why))?;
+        Ok(Actor::adopting(driver, proc, observed))
+    }
+
+    async fn hand_over(&mut self, opts: &KernelOptions, rpc: &Rpc) -> Result<Process, String> {
+        let pid = self.pid;
+        let pipe = |about: &str| sys::pipe().map_err(|e| format!("{about}: {e}"));
+        let (req_r, req_w) = pipe("the request pipe")?;
+        let (rep_r, rep_w) = pipe("the reply pipe")?;
+        let (out_r, out_w) = pipe("the stdout pipe")?;
+        let (err_r, err_w) = pipe("the stderr pipe")?;
+        // Made as a spawn makes it (a pip install goes there).
+        let packages = rpc.packages.as_ref().and_then(|p| {
+            let dir = p.dir()?;
+            crate::packages::ensure_dir(&dir, p.uid, p.gid).ok()?;
+            Some(dir)
+        });
+        let home = self
+            .home
+            .as_ref()
+            .expect("a spare has its home until it is a kernel");
+        let payload = serde_json::json!({
+            "runner": home.staging.path().join("runner.py"),
+            "token": &*rpc.token,
+            "cwd": opts.cwd,
+            "packages": packages,
+        })
+        .to_string();
+        let (death_r, death_w) = self.death.take().ok_or("the child's death pipe is gone")?;
+        let stream = self.stream.take().ok_or("the child's socket is gone")?;
+        let sent: [&OwnedFd; 5] = [&out_w, &err_w, &req_r, &rep_w, &death_r];
+        let raw: Vec<i32> = sent.iter().map(|fd| fd.as_raw_fd()).collect();
+        sendmsg::<()>(
+            stream.as_raw_fd(),
+            &[IoSlice::new(payload.as_bytes())],
+            &[ControlMessage::ScmRights(&raw)],
+            MsgFlags::empty(),
+            None,
+        )
+        .map_err(|e| format!("send the child its pipes: {e}"))?;
+        drop(stream); // EOF: the payload is whole
+        drop((out_w, err_w, req_r, rep_w, death_r));
+        let home = self
+            .home
+            .take()
+            .expect("a spare has its home until it is a kernel");
+        let cgroup = self.cgroup.take();
         let mem_cgroup = cgroup.as_ref().is_some_and(|c| c.limits_memory());
         let io = |e: std::io::Error| e.to_string();
-        let mut proc = Process {
-            id: self.id,
-            pid,
-            leader: pid,
-            wrapped: false,
-            cgroup,
-            limits: crate::sandbox::launch::enforced(&opts.limits, mem_cgroup),
-            counters: (0, 0),
-            child: leader,
-            ctrl_tx: tokio::net::unix::pipe::Sender::from_owned_fd(req_w).map_err(io)?,
-            ctrl_rx: tokio::net::unix::pipe::Receiver::from_owned_fd(rep_r).map_err(io)?,
-            frames: FrameReader::with_display_limit(
-                max_display_bytes(opts) + super::display::FRAME_SLACK,
-            ),
-            stdout: tokio::net::unix::pipe::Receiver::from_owned_fd(out_r).map_err(io)?,
-            stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).map_err(io)?,
-            _death: death_w,
-            watcher: sys::watch_group(pid, watch).ok(),
-            staging: self.staging.keep(),
-            _etc: None,
-            _tools: None,
-            _egress: None,
-            tools_unavailable: None,
-            tools_installed: None,
-            execution_count: 0,
-            exited: None,
-            group_killed: false,
+        let made = (|| -> Result<Process, String> {
+            Ok(Process {
+                id: home.id,
+                pid,
+                leader: pid,
+                wrapped: false,
+                cgroup,
+                limits: crate::sandbox::launch::enforced(&opts.limits, mem_cgroup),
+                counters: (0, 0),
+                child: self.leader.take().ok_or("the child's pidfd is gone")?,
+                ctrl_tx: tokio::net::unix::pipe::Sender::from_owned_fd(req_w).map_err(io)?,
+                ctrl_rx: tokio::net::unix::pipe::Receiver::from_owned_fd(rep_r).map_err(io)?,
+                frames: FrameReader::with_display_limit(
+                    max_display_bytes(opts) + super::display::FRAME_SLACK,
+                ),
+                stdout: tokio::net::unix::pipe::Receiver::from_owned_fd(out_r).map_err(io)?,
+                stderr: tokio::net::unix::pipe::Receiver::from_owned_fd(err_r).map_err(io)?,
+                _death: death_w,
+                watcher: self.watcher.take(),
+                staging: home.staging.keep(),
+                _etc: None,
+                _tools: None,
+                _egress: None,
+                tools_unavailable: None,
+                tools_installed: None,
+                execution_count: 0,
+                exited: None,
+                group_killed: false,
+            })
+        })();
+        let mut proc = match made {
+            Ok(proc) => proc,
+            Err(e) => {
+                sys::signal_pid(pid, nix::sys::signal::Signal::SIGKILL);
+                return Err(e);
+            }
         };
-        proc.serve_tools(self.tools, opts, rpc);
+        proc.serve_tools(home.tools, opts, rpc);
+        let within = opts.spawn_timeout;
         let hello = tokio::time::timeout(within, proc.await_hello()).await;
         match hello {
             Ok(Ok(())) => Ok(proc),

@@ -16,7 +16,7 @@ mod actor;
 mod breach;
 mod display;
 mod fork;
-pub(crate) use fork::STRICT as FORK_STRICT;
+pub(crate) use fork::{Spare, STRICT as FORK_STRICT};
 pub(crate) mod driver;
 pub(crate) mod frame;
 mod leader;

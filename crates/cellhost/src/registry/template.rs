@@ -21,10 +21,10 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use crate::kernel::{Kernel, KernelOptions};
+use crate::kernel::{Kernel, KernelOptions, Spare};
 
 use super::Shared;
 
@@ -52,6 +52,12 @@ struct Inner {
 #[derive(Default)]
 struct Template {
     kernel: Option<Kernel>,
+    /// What it started with (its spares' cgroups follow its limits).
+    opts: Option<KernelOptions>,
+    /// Its next kernel, forked, connected and in its own cgroup before it
+    /// is asked for: a request then costs the hand-over alone (the move
+    /// into a cgroup waits for an RCU grace period, ~10 ms on v1).
+    spare: Option<Spare>,
     /// When its last start failed.
     failed: Option<Instant>,
 }
@@ -70,7 +76,9 @@ impl Templates {
         };
         let mut kernels = Vec::new();
         for t in all {
-            kernels.extend(t.lock().await.kernel.take());
+            let mut t = t.lock().await;
+            drop(t.spare.take()); // killed, with its cgroup
+            kernels.extend(t.kernel.take());
         }
         kernels
     }
@@ -78,7 +86,7 @@ impl Templates {
 
 /// A new kernel of `opts`, forked from its flavour's template (started
 /// first if there is none), or `None`: the caller spawns one.
-pub(super) async fn fork(shared: &Shared, opts: &KernelOptions) -> Option<Kernel> {
+pub(super) async fn fork(shared: &Arc<Shared>, opts: &KernelOptions) -> Option<Kernel> {
     if !shared.opts.templates {
         return None;
     }
@@ -96,7 +104,7 @@ pub(super) async fn fork(shared: &Shared, opts: &KernelOptions) -> Option<Kernel
         if t.failed.is_some_and(|at| at.elapsed() < RETRY_AFTER) {
             return None;
         }
-        match Kernel::spawn(template_opts).await {
+        match Kernel::spawn(template_opts.clone()).await {
             Ok(k) => {
                 if shared.templates.lock().closed {
                     drop(t);
@@ -105,6 +113,7 @@ pub(super) async fn fork(shared: &Shared, opts: &KernelOptions) -> Option<Kernel
                 }
                 shared.counters.templates.fetch_add(1, Ordering::Relaxed);
                 t.kernel = Some(k);
+                t.opts = Some(template_opts.clone());
                 t.failed = None;
             }
             Err(e) => {
@@ -119,9 +128,27 @@ pub(super) async fn fork(shared: &Shared, opts: &KernelOptions) -> Option<Kernel
             }
         }
     }
-    let template = t.kernel.clone()?;
-    match template.fork_process(opts.clone()).await {
-        Ok((k, _)) => {
+    let spare = match t.spare.take() {
+        Some(spare) if spare.is_alive() => Ok(spare),
+        _ => match &t.kernel {
+            Some(k) => k.fork_spare(&template_opts).await,
+            None => return None,
+        },
+    };
+    let spare = match spare {
+        Ok(spare) => spare,
+        Err(why) => {
+            broken(&mut t, &why).await;
+            return None;
+        }
+    };
+    drop(t);
+    let made = spare.into_kernel(opts.clone()).await;
+    // The next one, once this one is handed over (on two cores a fork
+    // beside the hand-over slows it down).
+    tokio::spawn(refill(Arc::downgrade(shared), entry));
+    match made {
+        Ok(k) => {
             shared
                 .counters
                 .template_forks
@@ -129,20 +156,43 @@ pub(super) async fn fork(shared: &Shared, opts: &KernelOptions) -> Option<Kernel
             Some(k)
         }
         Err(why) => {
-            // This kernel and its flavour's for a while start plainly; then
-            // a new template is tried (one whose fork is refused, say for
-            // a thread a preloaded module started, is not retried at once).
             eprintln!(
-                "cellhost: warning: a kernel template's fork failed ({why}); kernels of its \
-                 flavour start plainly for {} s",
-                RETRY_AFTER.as_secs()
+                "cellhost: warning: a kernel template's fork failed ({why}); the kernel starts \
+                 plainly"
             );
-            t.kernel = None;
-            t.failed = Some(Instant::now());
-            drop(t);
-            template.shutdown().await;
             None
         }
+    }
+}
+
+/// Fork `entry`'s template's next kernel ahead of its request.
+async fn refill(shared: Weak<Shared>, entry: Arc<tokio::sync::Mutex<Template>>) {
+    let mut t = entry.lock().await;
+    if t.spare.is_some() || shared.upgrade().is_none_or(|s| s.templates.lock().closed) {
+        return;
+    }
+    let (Some(k), Some(opts)) = (t.kernel.clone(), t.opts.clone()) else {
+        return;
+    };
+    match k.fork_spare(&opts).await {
+        Ok(spare) => t.spare = Some(spare),
+        Err(why) => broken(&mut t, &why).await,
+    }
+}
+
+/// A template whose fork failed: this kernel and its flavour's for a while
+/// start plainly; then a new template is tried (one whose fork is refused,
+/// say for a thread a preloaded module started, is not retried at once).
+async fn broken(t: &mut Template, why: &str) {
+    eprintln!(
+        "cellhost: warning: a kernel template's fork failed ({why}); kernels of its flavour \
+         start plainly for {} s",
+        RETRY_AFTER.as_secs()
+    );
+    t.failed = Some(Instant::now());
+    t.spare = None;
+    if let Some(k) = t.kernel.take() {
+        k.shutdown().await;
     }
 }
 

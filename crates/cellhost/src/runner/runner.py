@@ -103,6 +103,11 @@ def _on_sigint(signum, frame):
 # --- tool RPC: the generated `tools` module --------------------------------
 
 
+import weakref as _weakref
+
+_tools_modules = _weakref.WeakSet()  # every tools module made, for a fork to re-point
+
+
 def _install_tools(req):
     # A new module object each time the tool set changes (a pooled kernel
     # adopted by an owner); a reference kept by a cell keeps working.
@@ -119,6 +124,7 @@ def _install_tools(req):
         mod._UNAVAILABLE = why.decode("utf-8", "replace") if why is not None else None
         exec(compile(source, "<cellhost tools>", "exec"), mod.__dict__)
         sys.modules["tools"] = mod
+        _tools_modules.add(mod)
         return True
     except Exception as e:
         print("cellhost: could not set up the tools module: %r" % (e,), file=sys.stderr)
@@ -556,6 +562,10 @@ def _fork_op(runner, req):
     if why:
         return {"status": "error", "error": why, "refused": "1"}
     path = req.get("path", b"").decode("utf-8", "surrogateescape")
+    waits = req.get("wait") == b"1"  # a template's spare: handed on later
+    import socket  # noqa: F401  (imported once here, not in every child)
+    from array import array  # noqa: F401
+
     try:
         runner.settle()  # nothing buffered is written twice
     except BaseException:
@@ -566,7 +576,7 @@ def _fork_op(runner, req):
         _forks.append(pid)
         return {"status": "ok", "value": json.dumps({"pid": pid, "names": names})}
     try:
-        _rehome(runner, path)
+        _rehome(runner, path, waits)
     except BaseException:
         os._exit(70)
     return None
@@ -589,7 +599,7 @@ def _name_process(name):
         pass
 
 
-def _rehome(runner, path):
+def _rehome(runner, path, waits=False):
     global _forked, _runner_file, _tools_token, _packages_dir, _runner_fds
     import json
     import socket
@@ -599,6 +609,18 @@ def _rehome(runner, path):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(30)
     s.connect(path)
+    if waits:
+        # Until the host hands it on, or closes the socket (it is gone);
+        # meanwhile it holds none of its template's pipes.
+        s.settimeout(None)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in [1, 2, CTRL_IN, CTRL_OUT] + [copy for _, copy in runner.streams.saved]:
+            os.dup2(null, fd, inheritable=fd < 3)
+        os.close(null)
+        if _warmup and _preload:
+            # Again, in this process: the pages a first frame, repr or
+            # figure touches are copied now, not in the session's cell.
+            _warm_up()
     msg, ancdata, _, _ = s.recvmsg(1 << 16, socket.CMSG_SPACE(8 * 4))
     chunks = [msg]
     while True:
@@ -628,10 +650,11 @@ def _rehome(runner, path):
     _runner_file = new["runner"]
     _tools_token = new["token"]
     sock = os.path.join(os.path.dirname(_runner_file), "tools.sock")
-    for mod in list(sys.modules.values()) + list(runner.ns.values()):
-        if isinstance(mod, type(sys)) and getattr(mod, "__file__", None) == "<cellhost tools>":
-            mod._SOCKET = sock
-            mod._TOKEN = _tools_token
+    # The modules made, not a scan of every module: after a fork each
+    # object touched is a page copied.
+    for mod in list(_tools_modules):
+        mod._SOCKET = sock
+        mod._TOKEN = _tools_token
     _shell_groups.clear()
     del _forks[:]
     if new.get("cwd"):
