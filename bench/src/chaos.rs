@@ -83,8 +83,11 @@ struct Life {
 fn main() -> Result<()> {
     let o = opts()?;
     let bin = reliability::cellhost_bin(o.cellhost.clone())?;
+    // CHAOS_TEMPLATE=0: `none` kernels spawned plainly, not forked from
+    // a warm template (to tell the two apart).
+    let template = std::env::var("CHAOS_TEMPLATE").as_deref() != Ok("0");
     let config = format!(
-        "[lifecycle]\nmax_kernels = {}\nwarm_pool = 2\n",
+        "[lifecycle]\nmax_kernels = {}\nwarm_pool = 2\n[kernel]\ntemplate = {template}\n",
         o.max_kernels
     );
     let setup = DaemonSetup::new(bin, &o.sandbox, &config)?;

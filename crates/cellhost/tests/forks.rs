@@ -440,3 +440,30 @@ async fn a_kernel_with_threads_or_open_files_forks_by_snapshot_and_says_why() {
     assert_eq!(run(&m, "t4", "n").await.value.as_deref(), Some("5"));
     m.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_process_fork_evicted_before_its_first_cell_still_says_it_is_a_fork() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut o = none_options(&dir).snapshots(Some(1 << 30));
+    o.max_kernels = 2;
+    let m = KernelManager::start(o).await;
+    assert!(run(&m, "s1", "n = 1").await.is_success());
+    let report = m.fork("s1", &["s2".to_owned()]).await.expect("fork");
+    assert_eq!(report.into[0].path, ForkPath::Process, "{report:?}");
+    // s1 used after the fork: s2's kernel, never used, is the one evicted
+    // when s3 starts (its state goes into the snapshot taken as it stops).
+    assert!(run(&m, "s1", "n = 5").await.is_success());
+    assert!(run(&m, "s3", "1").await.is_success());
+    assert!(
+        m.list().iter().all(|k| k.owner != "s2"),
+        "s2 evicted: {:?}",
+        m.list()
+    );
+    let r = run(&m, "s2", "n + 1").await;
+    assert_eq!(r.value.as_deref(), Some("2"), "the fork's copy: {r:?}");
+    assert_eq!(r.kernel.forked_from.as_deref(), Some("s1"), "{r:?}");
+    let restored = r.kernel.restored.as_ref().expect("restored");
+    assert_eq!(restored.from, RestoreFrom::Fork, "{r:?}");
+    assert!(!r.kernel.state_lost);
+    m.shutdown().await;
+}

@@ -36,6 +36,23 @@ pub(super) fn mark_removed(slot: &Slot) -> Option<Kernel> {
     meta.remove()
 }
 
+/// Take `k`'s entry out for a stop (a reap, an eviction): its kernel, if
+/// it had one. A process fork's kernel stopped before its first cell
+/// leaves its source for the session's next kernel, which then says it is
+/// a fork (the copy it holds is in the snapshot taken as it stops).
+fn remove_for_stop(state: &mut super::State, k: &KernelKey) -> Option<Kernel> {
+    let slot = state.slots.remove(k)?;
+    let untold_fork = {
+        let meta = slot.meta();
+        meta.pending.as_ref().and(meta.forked_from.clone())
+    };
+    let kernel = mark_removed(&slot)?;
+    if let Some(from) = untold_fork {
+        state.forks.insert(k.owner.clone(), from);
+    }
+    Some(kernel)
+}
+
 /// Kill `kernels` concurrently and wait until every one is gone.
 pub(super) async fn kill_all(kernels: Vec<Kernel>) {
     let mut set = tokio::task::JoinSet::new();
@@ -70,7 +87,7 @@ pub(super) async fn run(shared: &Arc<Shared>) {
                 .map(|(k, _)| k.clone())
                 .collect();
             for k in keys {
-                if let Some(kernel) = state.slots.remove(&k).and_then(|s| mark_removed(&s)) {
+                if let Some(kernel) = remove_for_stop(&mut state, &k) {
                     reaped.push((k.clone(), RestoreFrom::Reaped, kernel));
                     told.push((k.owner.clone(), Tombstone::Reaped { idle }));
                 }
@@ -93,7 +110,7 @@ pub(super) async fn run(shared: &Arc<Shared>) {
             candidates.sort();
             for (_, k) in candidates.into_iter().take(live - opts.max_kernels) {
                 let max_kernels = opts.max_kernels;
-                if let Some(kernel) = state.slots.remove(&k).and_then(|s| mark_removed(&s)) {
+                if let Some(kernel) = remove_for_stop(&mut state, &k) {
                     evicted.push((k.clone(), RestoreFrom::Evicted, kernel));
                     told.push((k.owner.clone(), Tombstone::Evicted { max_kernels }));
                 }

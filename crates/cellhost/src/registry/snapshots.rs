@@ -397,7 +397,11 @@ pub(super) async fn restore(
                     .collect(),
                 stale_age: (!meta.whole).then_some(age),
             };
-            let from = if meta.whole && restart && meta.from == RestoreFrom::Restart {
+            // A fork's copy, whichever stop wrote it (a process fork's
+            // kernel evicted before its first cell: `from` says evicted).
+            let from = if forked.is_some() {
+                RestoreFrom::Fork
+            } else if meta.whole && restart && meta.from == RestoreFrom::Restart {
                 RestoreFrom::Restart
             } else {
                 meta.from
@@ -408,7 +412,8 @@ pub(super) async fn restore(
                 from,
                 age_seconds: age,
             };
-            Loaded::Restored(change, restored, meta.forked_from.clone())
+            let forked_from = forked.map(str::to_owned).or(meta.forked_from);
+            Loaded::Restored(change, restored, forked_from)
         }
         Err(e) => Loaded::Failed(StateChange::RestoreFailed {
             why,
