@@ -358,3 +358,37 @@ async fn a_none_kernel_served_by_the_manager_runs_in_its_workspace() {
     assert_eq!(r.value.as_deref(), Some("'hi'"), "{r:?}");
     m.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_pooled_none_kernels_cut_output_is_kept_in_its_owners_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(
+        ManagerOptions::new(dir.path().join("data"))
+            .kernel(common::options(&dir))
+            .warm_pool(1)
+            .idle_timeout(None),
+    )
+    .await;
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while m.pooled() < 1 && std::time::Instant::now() < end {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(m.pooled(), 1, "the pool filled");
+    let r = run(&m, "s1", "print('y' * 100_000)").await;
+    assert_eq!(m.stats().pool_hits, 1, "served by the pooled kernel");
+    let ws = m.workspace("s1").unwrap();
+    assert_eq!(
+        r.truncated.spill_path.as_deref().map(Path::new),
+        Some(
+            ws.root()
+                .join(".cellhost/output/cell-1.stdout.txt")
+                .as_path()
+        ),
+        "{r:?}"
+    );
+    let kept = get(&ws, ".cellhost/output/cell-1.stdout.txt")
+        .await
+        .unwrap();
+    assert_eq!(kept.len(), 100_001);
+    m.shutdown().await;
+}

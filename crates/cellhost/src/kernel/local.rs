@@ -472,7 +472,15 @@ impl LocalDriver {
             let host = self.workspace.clone()?;
             Some((host, PathBuf::from(crate::sandbox::WORKSPACE_IN_SANDBOX)))
         } else {
-            let host = self.opts.workspace_dir.clone()?;
+            // A pooled kernel's workspace, moved to its owner's: the move
+            // is taken up at its next start, and is where it is now.
+            let moved = self
+                .observed
+                .moved_workspace
+                .lock()
+                .ok()
+                .and_then(|m| m.clone());
+            let host = moved.or_else(|| self.opts.workspace_dir.clone())?;
             Some((host.clone(), host))
         }
     }
