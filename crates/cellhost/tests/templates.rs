@@ -195,3 +195,34 @@ async fn a_session_with_packages_installed_spawns_plainly_and_imports_its_own() 
     );
     m.shutdown().await;
 }
+
+/// A fork's memory limit is its own cgroup's (its template has none where
+/// that is so): 400 MiB, once (bounded: no bomb outside a sandbox), in a
+/// kernel limited to 256 MiB is killed and named; the template and the
+/// next kernel live on.
+#[tokio::test]
+async fn a_forks_memory_limit_holds_and_its_template_outlives_the_kill() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let o = options(&dir);
+    let kernel = o
+        .kernel
+        .clone()
+        .limits(cellhost::ResourceLimits::default().memory_bytes(Some(256 * MIB)));
+    let m = KernelManager::start(o.kernel(kernel)).await;
+    let first = pid_of(&m, "a").await;
+    let template = parent_of(first).unwrap();
+    assert_ne!(template, std::process::id(), "a fork");
+    let r = m
+        .execute("a", Cell::new("b = bytearray(400 << 20)"))
+        .await
+        .unwrap();
+    let err = r.error.clone().unwrap_or_default();
+    assert!(err.contains("memory limit 256 MiB exceeded"), "{r:?}");
+    assert!(r.kernel.state_lost, "{r:?}");
+    assert!(common::pid_alive(template), "the template lives on");
+    // Well within the limit, a fork holds 100 MiB.
+    run(&m, "b", "b = bytearray(100 << 20)").await;
+    assert_eq!(parent_of(pid_of(&m, "b").await), Some(template));
+    m.shutdown().await;
+}

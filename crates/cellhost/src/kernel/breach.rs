@@ -30,7 +30,8 @@ pub(super) fn find(outcome: &Outcome, proc: &mut Process) -> Option<Breach> {
     let pids_cgroup = proc.cgroup.as_ref().is_some_and(|c| c.limits_processes());
     let sigkill = Exit::Signal(Signal::SIGKILL as i32);
     let oom = match (&proc.cgroup, outcome) {
-        (Some(cg), Outcome::Died(exit)) if *exit == sigkill => {
+        // (A forked kernel's exit status is not ours to see: `Unknown`.)
+        (Some(cg), Outcome::Died(exit)) if *exit == sigkill || *exit == Exit::Unknown => {
             let now = cg.oom_kills();
             let seen = std::mem::replace(&mut proc.counters.0, now);
             now > seen

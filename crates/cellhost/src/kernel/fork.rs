@@ -108,6 +108,7 @@ impl Kernel {
         };
         let mut spare = Spare {
             pid,
+            waits,
             names,
             home: Some(home),
             leader: None,
@@ -164,6 +165,8 @@ impl Home {
 /// is a kernel.
 pub(crate) struct Spare {
     pid: u32,
+    /// Made ahead (a template's): told when it is in its cgroup.
+    waits: bool,
     names: u64,
     home: Option<Home>,
     leader: Option<Leader>,
@@ -200,10 +203,14 @@ impl Spare {
             .as_ref()
             .expect("a spare has its home until it is a kernel");
         let within = opts.spawn_timeout;
-        let (stream, _) = tokio::time::timeout(within, home.listener.accept())
-            .await
-            .map_err(|_| format!("the child did not connect within {} s", within.as_secs()))?
-            .map_err(|e| format!("accept the child: {e}"))?;
+        let leader = self.leader.as_mut().expect("its pidfd was just opened");
+        let (stream, _) = tokio::select! {
+            accepted = tokio::time::timeout(within, home.listener.accept()) => accepted
+                .map_err(|_| format!("the child did not connect within {} s", within.as_secs()))?
+                .map_err(|e| format!("accept the child: {e}"))?,
+            // (Killed with its source's cgroup, say, before it connected.)
+            _ = leader.wait() => return Err("the child ended before it connected".into()),
+        };
         let peer = stream.peer_cred().map_err(|e| e.to_string())?.pid();
         if peer != Some(pid as i32) {
             return Err(format!("pid {peer:?} connected, not the child {pid}"));
@@ -227,6 +234,14 @@ impl Spare {
         } else {
             None
         };
+        let memory_cgroup = opts.limits.cgroups
+            && opts.limits.memory_bytes.is_some()
+            && crate::sandbox::cgroup::memory_available();
+        if memory_cgroup && !cgroup.as_ref().is_some_and(KernelCgroup::limits_memory) {
+            // Fails closed: its source may have no memory limit of its own
+            // (a template's is its kernels' cgroups).
+            return Err("its memory cgroup could not be made".into());
+        }
         if let Some(cg) = &cgroup {
             let moved = cg.adopt(pid, None).await.map_err(|e| e.to_string())?;
             if let Err(e) = moved {
@@ -235,6 +250,13 @@ impl Spare {
             }
         }
         self.cgroup = cgroup;
+        if self.waits {
+            // In its cgroup now: what it touches from here is charged there.
+            use std::io::Write;
+            let mut go = self.stream.as_ref().ok_or("the child's socket is gone")?;
+            go.write_all(b"g")
+                .map_err(|e| format!("tell the child to go on: {e}"))?;
+        }
         Ok(())
     }
 

@@ -104,7 +104,7 @@ pub(super) async fn fork(shared: &Arc<Shared>, opts: &KernelOptions) -> Option<K
         if t.failed.is_some_and(|at| at.elapsed() < RETRY_AFTER) {
             return None;
         }
-        match Kernel::spawn(template_opts.clone()).await {
+        match Kernel::spawn(unbounded(&template_opts)).await {
             Ok(k) => {
                 if shared.templates.lock().closed {
                     drop(t);
@@ -222,6 +222,20 @@ fn template_options(shared: &Shared, opts: &KernelOptions) -> Option<KernelOptio
     // take their interpreter's name back.
     t.env.vars.push((TEMPLATE_ENV.into(), "1".into()));
     Some(t)
+}
+
+/// What a template itself starts with: its kernels' options, but with no
+/// memory limit where theirs is a cgroup of each kernel's own. The pages
+/// a fork touches before it is moved into its cgroup are charged to the
+/// template's (on cgroup v1 they stay there), and 1,000 forks filled a
+/// template's 1 GiB and had it OOM-killed. Where the limit is `RLIMIT_AS`
+/// (no memory cgroups) it stays: the forks inherit it.
+fn unbounded(t: &KernelOptions) -> KernelOptions {
+    let mut spawn = t.clone();
+    if t.limits.cgroups && crate::sandbox::cgroup::memory_available() {
+        spawn.limits.memory_bytes = None;
+    }
+    spawn
 }
 
 /// The key of a template's options: what its forks keep from its start.

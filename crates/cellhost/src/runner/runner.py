@@ -611,8 +611,12 @@ def _rehome(runner, path, waits=False):
     s.connect(path)
     if waits:
         # Until the host hands it on, or closes the socket (it is gone);
-        # meanwhile it holds none of its template's pipes.
+        # meanwhile it holds none of its template's pipes. First the host
+        # says it is in its own cgroup (what it touches from then on is
+        # charged there, not to its template's).
         s.settimeout(None)
+        if s.recv(1) != b"g":
+            raise OSError("the host went away")
         null = os.open(os.devnull, os.O_RDWR)
         for fd in [1, 2, CTRL_IN, CTRL_OUT] + [copy for _, copy in runner.streams.saved]:
             os.dup2(null, fd, inheritable=fd < 3)

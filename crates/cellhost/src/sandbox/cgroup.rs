@@ -265,6 +265,12 @@ impl KernelCgroup {
 /// Kill what is left in the cgroups of kernel `id` (a crashed host's) and
 /// remove them. Membership is definitive, so no pid can be mistaken here.
 /// Returns how many cgroup dirs were removed.
+/// Whether kernels' memory limits can be cgroups on this host (else
+/// they are `RLIMIT_AS`, which a forked process inherits).
+pub(crate) fn memory_available() -> bool {
+    parents().memory.is_some()
+}
+
 pub(crate) fn reap_leftover(id: &str) -> usize {
     let p = parents();
     let name = format!("cellhost-{id}");
