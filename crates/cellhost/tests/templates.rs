@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use cellhost::registry::{KernelManager, ManagerOptions};
 use cellhost::{Cell, CellResult};
-use common::registry::{eventually, manager_options, parent_of, template_pids};
+use common::parent_of;
+use common::registry::{eventually, manager_options, template_pids};
 use common::venv_python;
 
 fn options(dir: &tempfile::TempDir) -> ManagerOptions {
@@ -108,13 +109,10 @@ async fn new_kernels_are_forks_of_one_warm_template_each_a_kernel_of_its_own() {
 /// spares alike: a fork keeps its template's command line).
 fn started_under(dir: &std::path::Path) -> Vec<u32> {
     let needle = dir.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+    common::registry::live_pids()
         .filter(|pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&needle))
-                && common::pid_alive(*pid)
         })
         .collect()
 }

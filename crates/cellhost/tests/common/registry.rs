@@ -51,28 +51,22 @@ impl TestManager {
 /// their command line) are not kernels: see [`template_pids`].
 pub fn runner_pids(run_dir: &Path) -> Vec<u32> {
     let needle = run_dir.to_string_lossy().into_owned();
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-            continue;
-        };
-        let cmdline = String::from_utf8_lossy(&cmdline);
-        if cmdline.contains("runner.py")
-            && cmdline.contains(&needle)
-            && super::pid_alive(pid)
-            && !is_template(pid)
-        {
-            pids.push(pid);
-        }
-    }
-    pids
+    live_pids()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                let cmdline = String::from_utf8_lossy(&c);
+                cmdline.contains("runner.py") && cmdline.contains(&needle)
+            }) && !is_template(*pid)
+        })
+        .collect()
+}
+
+/// Every live process's pid (from /proc).
+pub fn live_pids() -> impl Iterator<Item = u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| super::pid_alive(*pid))
 }
 
 /// Whether `pid` is a warm template (it names itself so).
@@ -82,32 +76,9 @@ pub fn is_template(pid: u32) -> bool {
 
 /// Live warm templates anywhere on the machine whose parent is `parent`.
 pub fn template_pids(parent: u32) -> Vec<u32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        if is_template(pid) && parent_of(pid) == Some(parent) && super::pid_alive(pid) {
-            pids.push(pid);
-        }
-    }
-    pids
-}
-
-/// The parent pid of `pid` (from /proc/<pid>/stat).
-pub fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the `(comm)`, which may hold spaces: state, then ppid.
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
+    live_pids()
+        .filter(|pid| is_template(*pid) && super::parent_of(*pid) == Some(parent))
+        .collect()
 }
 
 /// Poll `f` until it holds or `within` passes.
