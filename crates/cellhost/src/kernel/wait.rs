@@ -292,11 +292,13 @@ pub(super) async fn wait_for_cell(
         () = sleep_until_opt(deadline) => Err("the kernel did not accept the cell before its timeout".into()),
     };
     if let Err(detail) = sent {
-        // A runner that died just now closes its pipe: report the death.
-        if let Ok(Ok(status)) =
-            tokio::time::timeout(Duration::from_secs(1), proc.child.wait()).await
-        {
-            let exit = Exit::from_status(status).unwrapped(proc.wrapped);
+        // A runner that died just now closes its pipe: report the death
+        // (a forked one's exit status is not ours to see: `Unknown`).
+        if let Ok(status) = tokio::time::timeout(Duration::from_secs(1), proc.child.wait()).await {
+            let exit = status
+                .map(Exit::from_status)
+                .unwrap_or(Exit::Unknown)
+                .unwrapped(proc.wrapped);
             proc.exited = Some(exit);
             return (Outcome::NotDelivered(exit), None);
         }
