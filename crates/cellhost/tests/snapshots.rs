@@ -419,3 +419,24 @@ async fn a_disposal_during_an_eviction_snapshot_leaves_no_state_behind() {
     assert!(r.kernel.restored.is_none(), "{r:?}");
     m.shutdown().await;
 }
+
+/// A kernel that dies in a snapshot on request (a global whose pickling
+/// ends the process) told only the snapshot's caller: the session's next
+/// cell says its state was lost, not just that its kernel is new.
+#[tokio::test]
+async fn a_kernel_dead_in_a_snapshot_on_request_makes_the_next_cell_say_state_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = KernelManager::start(snap_options(&dir)).await;
+    let r = run(
+        &m,
+        "s1",
+        "import os\nclass Bomb:\n    def __reduce__(self):\n        os._exit(3)\nb = Bomb()\nn = 1",
+    )
+    .await;
+    assert!(r.is_success(), "{r:?}");
+    assert!(m.snapshot("s1").await.is_err(), "the kernel died in it");
+    let r = run(&m, "s1", "'n' in globals()").await;
+    assert_eq!(r.value.as_deref(), Some("False"), "{r:?}");
+    assert!(r.kernel.state_lost, "the loss is told: {r:?}");
+    m.shutdown().await;
+}

@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::{Actor, Slot};
 use crate::kernel::driver::{CellRun, Driver, LiveKernel, Ran};
 use crate::kernel::frame::Frame;
-use crate::kernel::report;
+use crate::kernel::report::{self, Vacancy};
 use crate::kernel::wait::{Outcome, Stop};
 use crate::kernel::Control;
 use crate::tools::{self, Authority};
@@ -104,6 +104,12 @@ impl<D: Driver> Actor<D> {
             _ => None,
         };
         if let Some(v) = rep.vacancy.take() {
+            // No cell saw this turn (a snapshot, a fork): what ended the
+            // kernel is told whole by the session's next cell.
+            let v = match v {
+                Vacancy::Told(change) => Vacancy::Untold(change),
+                other => other,
+            };
             self.vacate(v).await;
         }
         // Drains the driver's captures of this turn (nothing is shown).
