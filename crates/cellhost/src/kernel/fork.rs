@@ -295,11 +295,7 @@ impl Spare {
         let (out_r, out_w) = pipe("the stdout pipe")?;
         let (err_r, err_w) = pipe("the stderr pipe")?;
         // Made as a spawn makes it (a pip install goes there).
-        let packages = rpc.packages.as_ref().and_then(|p| {
-            let dir = p.dir()?;
-            crate::packages::ensure_dir(&dir, p.uid, p.gid).ok()?;
-            Some(dir)
-        });
+        let packages = rpc.packages.as_ref().and_then(|p| p.ensured_dir());
         let home = self
             .home
             .as_ref()

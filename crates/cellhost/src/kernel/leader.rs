@@ -36,16 +36,15 @@ impl Leader {
         Ok(Leader::Forked(registered.map_err(|e| e.into_parts().1)?))
     }
 
-    /// Resolves when the leader has exited. Cancel safe. A forked one's
-    /// status is not ours to read: an error says so.
-    pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
+    /// Resolves when the leader has exited, with its status where that is
+    /// ours to read. Cancel safe. `None`: a forked one's (its source
+    /// runner's to collect), or a wait that failed.
+    pub(crate) async fn wait(&mut self) -> Option<ExitStatus> {
         match self {
-            Leader::Spawned(child) => child.wait().await,
+            Leader::Spawned(child) => child.wait().await.ok(),
             Leader::Forked(fd) => {
-                let _ = fd.readable().await?;
-                Err(io::Error::other(
-                    "a forked kernel's exit status is its source runner's to collect",
-                ))
+                let _ = fd.readable().await;
+                None
             }
         }
     }

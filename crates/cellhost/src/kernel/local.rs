@@ -220,7 +220,7 @@ async fn idle_io(proc: &mut Process, s: &mut Streams, buf: &mut [u8]) -> Option<
             broken.map(|detail| Vacancy::Untold(StateChange::BrokeIdle { detail }))
         }
         status = proc.child.wait() => {
-            let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
+            let exit = status.map_or(Exit::Unknown, Exit::from_status).unwrapped(proc.wrapped);
             proc.exited = Some(exit);
             Some(Vacancy::Untold(StateChange::DiedIdle { how: exit.describe() }))
         }

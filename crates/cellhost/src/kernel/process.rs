@@ -279,11 +279,7 @@ impl Process {
         let (err_r, err_w) = sys::pipe().map_err(io("create the stderr pipe"))?;
 
         // The package dir as it is now (a pooled kernel's moves with it).
-        let packages = rpc.packages.as_ref().and_then(|p| {
-            let dir = p.dir()?;
-            crate::packages::ensure_dir(&dir, p.uid, p.gid).ok()?;
-            Some(dir)
-        });
+        let packages = rpc.packages.as_ref().and_then(|p| p.ensured_dir());
         let launch::Launch {
             mut cmd,
             setup,
@@ -507,7 +503,7 @@ impl Process {
                         if n == 0 { break; }
                         stderr_tail.extend_from_slice(&buf[..n]);
                     }
-                    let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(self.wrapped);
+                    let exit = status.map_or(Exit::Unknown, Exit::from_status).unwrapped(self.wrapped);
                     self.exited = Some(exit);
                     let tail = String::from_utf8_lossy(&stderr_tail);
                     let tail = tail.trim();
@@ -547,7 +543,7 @@ impl Process {
         if self.exited.is_none() && self.child.holds_pid() {
             sys::signal_group(self.pgid(), Signal::SIGTERM);
             if let Ok(status) = tokio::time::timeout(grace, self.child.wait()).await {
-                self.exited = Some(status.map(Exit::from_status).unwrap_or(Exit::Unknown));
+                self.exited = Some(status.map_or(Exit::Unknown, Exit::from_status));
             }
         }
         self.kill_now().await;
@@ -573,7 +569,7 @@ impl Process {
         }
         if self.exited.is_none() {
             let status = self.child.wait().await;
-            self.exited = Some(status.map(Exit::from_status).unwrap_or(Exit::Unknown));
+            self.exited = Some(status.map_or(Exit::Unknown, Exit::from_status));
         }
         if let Some(cg) = &self.cgroup {
             cg.kill_and_remove().await;

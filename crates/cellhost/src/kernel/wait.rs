@@ -285,7 +285,7 @@ pub(super) async fn wait_for_cell(
     let sent = tokio::select! {
         r = send => r.map_err(|e| format!("failed to send the cell: {e}")),
         status = proc.child.wait() => {
-            let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
+            let exit = status.map_or(Exit::Unknown, Exit::from_status).unwrapped(proc.wrapped);
             proc.exited = Some(exit);
             return (Outcome::NotDelivered(exit), None);
         }
@@ -296,8 +296,7 @@ pub(super) async fn wait_for_cell(
         // (a forked one's exit status is not ours to see: `Unknown`).
         if let Ok(status) = tokio::time::timeout(Duration::from_secs(1), proc.child.wait()).await {
             let exit = status
-                .map(Exit::from_status)
-                .unwrap_or(Exit::Unknown)
+                .map_or(Exit::Unknown, Exit::from_status)
                 .unwrapped(proc.wrapped);
             proc.exited = Some(exit);
             return (Outcome::NotDelivered(exit), None);
@@ -358,7 +357,7 @@ pub(super) async fn wait_for_cell(
                 display_wakes = if synced { 0 } else { display_wakes + 1 };
             }
             status = proc.child.wait() => {
-                let exit = status.map(Exit::from_status).unwrap_or(Exit::Unknown).unwrapped(proc.wrapped);
+                let exit = status.map_or(Exit::Unknown, Exit::from_status).unwrapped(proc.wrapped);
                 proc.exited = Some(exit);
                 // A runner that replied and then exited (sys.exit) may be
                 // seen exiting before its reply is read: read it first.

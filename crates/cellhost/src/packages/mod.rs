@@ -105,6 +105,14 @@ impl Installer {
         self.dir.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// The package dir's host path now, made for pip's uid if missing
+    /// (`None` when there is none, or it cannot be made).
+    pub(crate) fn ensured_dir(&self) -> Option<PathBuf> {
+        let dir = self.dir()?;
+        ensure_dir(&dir, self.uid, self.gid).ok()?;
+        Some(dir)
+    }
+
     /// The path the kernel imports from.
     pub(crate) fn seen_at(&self, host: &Path) -> PathBuf {
         if self.strict {

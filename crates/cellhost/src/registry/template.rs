@@ -13,11 +13,10 @@
 //! token, cwd, package dir) the fork re-homes. Where that cannot hold, a
 //! new kernel is spawned as before:
 //! - a strict kernel (its sandbox, namespaces and uid are per kernel);
-//! - a session whose package dir already holds packages (its `.pth`
-//!   files and its own versions of preloaded modules must be read at
-//!   start);
-//! - a template that could not start, or whose fork failed (the template
-//!   is replaced on the next start).
+//! - a session whose package dir already holds packages (its own
+//!   versions of preloaded modules must be the ones imported);
+//! - a template that could not start, or whose fork failed: for
+//!   [`RETRY_AFTER`], then a new template is tried.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
