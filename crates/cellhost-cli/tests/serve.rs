@@ -613,3 +613,40 @@ fn a_daemon_restarted_with_sigterm_gives_sessions_their_state_back() {
     assert_eq!(v["kernel"]["restored"]["from"], "fork", "{v}");
     assert_eq!(v["kernel"]["forked_from"], "r", "{v}");
 }
+
+#[test]
+fn every_answered_cell_is_in_the_history_after_the_daemon_is_sigkilled() {
+    let data = tempfile::tempdir().unwrap();
+    let mut d = Daemon::none(data.path());
+    // Concurrent sessions, so rows share commits (group commit) too.
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let d = &d;
+            s.spawn(move || {
+                for i in 0..6 {
+                    let session = format!("k{t}");
+                    let o = d.cli(&["exec", "-s", &session, &format!("print('cell {t}-{i}')")]);
+                    assert_eq!(text(&o).0, format!("cell {t}-{i}\n"), "{}", text(&o).1);
+                }
+            });
+        }
+    });
+    // Answered, then SIGKILLed at once: no shutdown, no flush.
+    d.child.kill().unwrap();
+    d.child.wait().unwrap();
+    std::mem::forget(d);
+    let d = Daemon::none(data.path());
+    for t in 0..4 {
+        let o = d.cli(&["history", &format!("k{t}"), "--json"]);
+        let rows: serde_json::Value = serde_json::from_str(&text(&o).0).unwrap();
+        let outs: Vec<&str> = rows
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["stdout"].as_str().unwrap())
+            .collect();
+        let want: Vec<String> = (0..6).map(|i| format!("cell {t}-{i}\n")).collect();
+        assert_eq!(outs, want, "session k{t}");
+    }
+    assert_eq!(d.stop(), Some(0));
+}

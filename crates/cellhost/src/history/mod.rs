@@ -4,16 +4,20 @@
 //! known token formats and the host's secret values redacted), how it
 //! ended, its output as returned, timings, and which kernel ran it.
 //!
-//! Writes never block the caller: [`History::record`] hands the row to a
-//! dedicated writer thread that owns the write connection and commits in
-//! batches. [`History::record_committed`] does the same and returns a
-//! [`Committed`] that resolves once the row's transaction has committed:
-//! the daemon answers a cell only then, so a cell it acknowledged is in
-//! the history even if the daemon is SIGKILLed right after (in WAL mode a
-//! commit survives the process; only an OS crash can lose the last ones). Reads ([`History::session`], [`History::recent`]) open their
-//! own connection (WAL lets them run beside the writer); call them from
-//! `spawn_blocking` in async code. Retention (`[history] max_rows`,
-//! `max_days`) is applied at open and every [`PRUNE_EVERY`] rows.
+//! [`History::record_committed`] returns a [`Committed`] that resolves
+//! once the row's transaction has committed: the daemon answers a cell
+//! only then, so a cell it acknowledged is in the history even if the
+//! daemon is SIGKILLed right after (in WAL mode a commit survives the
+//! process; only an OS crash can lose the last ones). The commit runs on
+//! the caller's thread when no other is running, and concurrent rows share
+//! one transaction (group commit, see `commit`): expect tens of µs of
+//! blocking file I/O in the call. [`History::record`] queues a row for a
+//! background thread that commits in batches. Reads ([`History::session`],
+//! [`History::recent`]) open their own connection (WAL lets them run
+//! beside the writer); call them from `spawn_blocking` in async code.
+//! Retention (`[history] max_rows`, `max_days`) is applied at open and
+//! every [`PRUNE_EVERY`] rows, and WAL checkpoints every few hundred
+//! transactions, both on the background thread.
 //!
 //! Rows are bounded: each text field keeps at most `[history]
 //! max_field_bytes` (head and tail, see [`cap_text`]), and
@@ -23,13 +27,13 @@
 //! [`History::health`] counts it and says why until a later row commits.
 
 mod cap;
+mod commit;
 mod store;
 
 pub use cap::{cap_text, sha256_hex, CUT_MARKER};
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -172,15 +176,6 @@ pub enum HistoryError {
     },
 }
 
-enum Msg {
-    /// A row, and who waits for its commit (`true`: committed).
-    Row(
-        Box<HistoryEntry>,
-        Option<tokio::sync::oneshot::Sender<bool>>,
-    ),
-    Flush(mpsc::Sender<()>),
-}
-
 /// Resolves once a row from [`History::record_committed`] has committed
 /// (`true`), or could not be (`false`: the insert failed or the writer
 /// has stopped; the writer's log says why).
@@ -269,8 +264,8 @@ pub struct History {
     /// `[history] max_field_bytes`.
     max_field: usize,
     health: Arc<Health>,
-    tx: Mutex<Option<mpsc::Sender<Msg>>>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    committer: Arc<commit::Committer>,
+    background: Mutex<Option<JoinHandle<()>>>,
     cleaner: Cleaner,
 }
 
@@ -336,13 +331,13 @@ impl History {
             path: path.to_owned(),
             source,
         })?;
-        let (tx, rx) = mpsc::channel();
-        let p = path.to_owned();
+        let checkpointer = store::open_checkpointer(path)?;
         let health = Arc::new(Health::default());
-        let h = health.clone();
-        let writer = std::thread::Builder::new()
+        let (committer, mailbox) = commit::Committer::new(conn, path, health.clone());
+        let c = committer.clone();
+        let background = std::thread::Builder::new()
             .name("cellhost-history".into())
-            .spawn(move || store::writer(conn, rx, retention, &p, &h))
+            .spawn(move || commit::background(&c, mailbox, &retention, &checkpointer))
             .map_err(|source| HistoryError::Dir {
                 path: path.to_owned(),
                 source,
@@ -352,8 +347,8 @@ impl History {
             wait_for_commit: config.wait_for_commit,
             max_field: config.max_field_bytes.max(1024),
             health,
-            tx: Mutex::new(Some(tx)),
-            writer: Mutex::new(Some(writer)),
+            committer,
+            background: Mutex::new(Some(background)),
             cleaner: Cleaner::new(secrets),
         })
     }
@@ -366,53 +361,47 @@ impl History {
     /// Queue a row for writing. Never blocks; rows recorded after
     /// [`History::close`] are dropped.
     pub fn record(&self, entry: HistoryEntry) {
-        self.send_row(entry, None);
+        self.committer.record(self.prepare(entry));
     }
 
-    /// Queue a row for writing and return a future that resolves once it
-    /// has committed. The writer commits such a row at once (with whatever
-    /// else is queued) instead of lingering for a batch. With `[history]
-    /// wait_for_commit = false` it is [`History::record`] and resolves at
-    /// once.
+    /// Write a row and return a future that resolves once it has
+    /// committed. The row is committed on this thread before the call
+    /// returns, with whatever else is queued, unless another commit is
+    /// running: that one then takes it into its next transaction (group
+    /// commit). Rows recorded after [`History::close`] resolve as not
+    /// committed. With `[history] wait_for_commit = false` it is
+    /// [`History::record`] and resolves at once.
     pub fn record_committed(&self, entry: HistoryEntry) -> Committed {
+        let row = self.prepare(entry);
         if !self.wait_for_commit {
-            self.send_row(entry, None);
+            self.committer.record(row);
             return Committed(None);
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.send_row(entry, Some(tx));
+        self.committer.commit(row, tx);
         Committed(Some(rx))
     }
 
-    fn send_row(&self, mut entry: HistoryEntry, done: Option<tokio::sync::oneshot::Sender<bool>>) {
+    /// The row as stored: code redacted, fields bounded.
+    fn prepare(&self, mut entry: HistoryEntry) -> Box<HistoryEntry> {
         entry.code = self.cleaner.redact(&entry.code);
         bound(&mut entry, self.max_field);
-        if let Some(tx) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
-            // A closed writer drops `done`, which resolves the wait as false.
-            let _ = tx.send(Msg::Row(Box::new(entry), done));
-        }
+        Box::new(entry)
     }
 
     /// Block until every row recorded so far is committed.
     pub fn flush(&self) {
-        let (done, wait) = mpsc::channel();
-        let sent = self
-            .tx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .is_some_and(|tx| tx.send(Msg::Flush(done)).is_ok());
-        if sent {
-            let _ = wait.recv();
-        }
+        self.committer.flush();
     }
 
     /// Commit what is queued and stop the writer. Idempotent.
     pub fn close(&self) {
-        drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
-        if let Some(w) = self.writer.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            let _ = w.join();
-        }
+        let background = self
+            .background
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        self.committer.close(background);
     }
 
     /// How the writes are going: failures so far, and why the latest

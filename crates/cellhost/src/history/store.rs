@@ -1,13 +1,12 @@
-//! The SQLite side of the history: schema, the writer loop, retention and
-//! queries.
+//! The SQLite side of the history: schema, inserts, retention,
+//! checkpoints and queries.
 
 use std::path::Path;
-use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{Health, HistoryEntry, HistoryError, Msg, Page, PageQuery, PRUNE_EVERY};
+use super::{HistoryEntry, HistoryError, Page, PageQuery};
 use crate::config::HistoryConfig;
 
 const SCHEMA: &str = "
@@ -33,15 +32,6 @@ CREATE TABLE IF NOT EXISTS cells (
 CREATE INDEX IF NOT EXISTS cells_session ON cells(session, id);
 CREATE INDEX IF NOT EXISTS cells_started ON cells(started_at);
 ";
-
-/// Most rows a writer commits in one transaction.
-const BATCH: usize = 256;
-
-/// How long the writer waits for more rows before committing a batch of
-/// rows nobody waits for ([`super::History::record`]; such rows of a
-/// SIGKILLed daemon younger than this are lost). A row someone waits for
-/// commits at once.
-const LINGER: Duration = Duration::from_millis(5);
 
 pub(super) struct Retention {
     max_rows: u64,
@@ -73,7 +63,9 @@ pub(super) fn open_writer(path: &Path) -> Result<Connection, HistoryError> {
     let _: String = conn
         .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
         .map_err(sqlite("switch the history database to WAL", path))?;
-    conn.execute_batch("PRAGMA synchronous=NORMAL;")
+    // Checkpoints are the background thread's, from its own connection
+    // (see `commit`): never on a commit's path.
+    conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA wal_autocheckpoint=0;")
         .map_err(sqlite("configure the history database", path))?;
     conn.execute_batch(SCHEMA)
         .map_err(sqlite("create the history tables", path))?;
@@ -81,6 +73,20 @@ pub(super) fn open_writer(path: &Path) -> Result<Connection, HistoryError> {
     conn.execute_batch("CREATE INDEX IF NOT EXISTS cells_tenant ON cells(tenant, id);")
         .map_err(sqlite("create the history tables", path))?;
     Ok(conn)
+}
+
+/// The background thread's connection for WAL checkpoints.
+pub(super) fn open_checkpointer(path: &Path) -> Result<Connection, HistoryError> {
+    let conn = Connection::open(path).map_err(sqlite("open the history database", path))?;
+    conn.execute_batch("PRAGMA synchronous=NORMAL;")
+        .map_err(sqlite("configure the history database", path))?;
+    Ok(conn)
+}
+
+/// Copy the WAL into the database as far as readers allow, without
+/// waiting for anyone (the next commit then starts the WAL over).
+pub(super) fn checkpoint(conn: &Connection) -> rusqlite::Result<()> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()))
 }
 
 /// Columns added after the first schema, added to an older database
@@ -126,80 +132,7 @@ fn now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// The writer thread: commit rows in batches until every sender is gone.
-pub(super) fn writer(
-    mut conn: Connection,
-    rx: mpsc::Receiver<Msg>,
-    r: Retention,
-    path: &Path,
-    health: &Health,
-) {
-    let mut since_prune = 0u64;
-    while let Ok(first) = rx.recv() {
-        // Linger a little so a busy daemon commits many rows at once
-        // instead of waking and committing per cell; a flush (or the
-        // senders going away) commits at once.
-        // A row someone waits for is like a flush: what is queued already
-        // goes with it, nothing more is waited for (rows arriving during
-        // the commit form the next batch).
-        let deadline = Instant::now() + LINGER;
-        let urgent = |m: &Msg| matches!(m, Msg::Flush(_) | Msg::Row(_, Some(_)));
-        let mut flushing = urgent(&first);
-        let mut batch = vec![first];
-        while batch.len() < BATCH {
-            let next = if flushing {
-                rx.try_recv().ok()
-            } else {
-                rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                    .ok()
-            };
-            let Some(m) = next else { break };
-            flushing |= urgent(&m);
-            batch.push(m);
-        }
-        let mut flushes = Vec::new();
-        let mut rows = Vec::new();
-        let mut waiters = Vec::new();
-        for m in batch {
-            match m {
-                Msg::Row(e, done) => {
-                    rows.push(e);
-                    waiters.extend(done);
-                }
-                Msg::Flush(done) => flushes.push(done),
-            }
-        }
-        if !rows.is_empty() {
-            since_prune += rows.len() as u64;
-            let committed = insert(&mut conn, &rows);
-            match &committed {
-                Ok(()) => health.committed(),
-                Err(e) => {
-                    eprintln!(
-                        "cellhost: failed to record {} cell(s) in the history database {}: {e}",
-                        rows.len(),
-                        path.display()
-                    );
-                    health.failed(rows.len(), e.to_string());
-                }
-            }
-            for w in waiters {
-                let _ = w.send(committed.is_ok());
-            }
-            if since_prune >= PRUNE_EVERY {
-                since_prune = 0;
-                if let Err(e) = prune(&conn, &r) {
-                    eprintln!("cellhost: failed to apply history retention: {e}");
-                }
-            }
-        }
-        for done in flushes {
-            let _ = done.send(());
-        }
-    }
-}
-
-fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result<()> {
+pub(super) fn insert(conn: &mut Connection, rows: &[Box<HistoryEntry>]) -> rusqlite::Result<()> {
     let tx = conn.transaction()?;
     {
         let mut stmt = tx.prepare_cached(
