@@ -61,6 +61,63 @@ async fn http_cell(c: &HttpClient, addr: SocketAddr, session: &str) -> Result<()
     Ok(())
 }
 
+/// A lean async client: one keep-alive connection, the request's bytes
+/// written as they are, the answer read up to its `content-length` (what a
+/// client in another process costs, without hyper's connection task).
+struct Lean {
+    s: tokio::net::TcpStream,
+    req: Vec<u8>,
+    buf: Vec<u8>,
+}
+
+impl Lean {
+    async fn connect(addr: SocketAddr, session: &str) -> Result<Lean> {
+        let s = tokio::net::TcpStream::connect(addr).await?;
+        s.set_nodelay(true)?;
+        let body = br#"{"code":"x=1"}"#;
+        let mut req = format!(
+            "POST /v1/sessions/{session}/execute HTTP/1.1\r\nHost: localhost\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(body);
+        Ok(Lean {
+            s,
+            req,
+            buf: Vec::with_capacity(4096),
+        })
+    }
+
+    async fn cell(&mut self) -> Result<()> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        self.s.write_all(&self.req).await?;
+        self.buf.clear();
+        loop {
+            if self.s.read_buf(&mut self.buf).await? == 0 {
+                bail!("the server closed the connection");
+            }
+            let Some(h) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                continue;
+            };
+            let head = std::str::from_utf8(&self.buf[..h])?.to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .context("no content-length")?
+                .trim()
+                .parse()?;
+            if self.buf.len() < h + 4 + len {
+                continue;
+            }
+            if !head.starts_with("http/1.1 200") || !self.buf[h + 4..].starts_with(SUCCESS) {
+                bail!("unexpected answer: {}", String::from_utf8_lossy(&self.buf));
+            }
+            return Ok(());
+        }
+    }
+}
+
 /// One request on a blocking keep-alive socket, like a lean client in
 /// another process would send it; checks the status line and, when
 /// `expect` is given, the start of the body.
@@ -239,6 +296,19 @@ async fn bench(args: Args) -> Result<serde_json::Value> {
         })
     })
     .await?;
+    let (lean_tput, lean_load) = load(sessions, per, |i| {
+        tokio::spawn(async move {
+            let mut c = Lean::connect(addr, &format!("h{i}")).await?;
+            let mut v = Vec::with_capacity(per);
+            for _ in 0..per {
+                let t = Instant::now();
+                c.cell().await?;
+                v.push(t.elapsed());
+            }
+            Ok(v)
+        })
+    })
+    .await?;
     let (lib_tput, lib_load) = load(sessions, per, |i| {
         let m = manager.clone();
         tokio::spawn(async move {
@@ -288,8 +358,14 @@ async fn bench(args: Args) -> Result<serde_json::Value> {
     );
     println!("{sessions} concurrent sessions x {per} cells:");
     println!(
-        "  HTTP     {http_tput:>8.0} cells/s  p50 {:.1} µs  p99 {:.1} µs",
+        "  HTTP, hyper clients {http_tput:>8.0} cells/s  p50 {:.1} µs  p99 {:.1} µs",
         http_load.p50, http_load.p99
+    );
+    println!(
+        "  HTTP, lean clients {lean_tput:>8.0} cells/s  p50 {:.1} µs  p99 {:.1} µs ({:.2}x the library; target >= 0.6x)",
+        lean_load.p50,
+        lean_load.p99,
+        lean_tput / lib_tput
     );
     println!(
         "  library  {lib_tput:>8.0} cells/s  p50 {:.1} µs  p99 {:.1} µs",
@@ -308,6 +384,9 @@ async fn bench(args: Args) -> Result<serde_json::Value> {
             "cells_per_session": per,
             "http_cells_per_second": http_tput.round(),
             "library_cells_per_second": lib_tput.round(),
+            "http_lean_cells_per_second": lean_tput.round(),
+            "http_lean": lean_load.to_json(),
+            "lean_to_library": ((lean_tput / lib_tput) * 1000.0).round() / 1000.0,
             "http": http_load.to_json(),
             "library": lib_load.to_json(),
         },

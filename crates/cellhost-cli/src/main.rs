@@ -292,8 +292,17 @@ fn main() -> ExitCode {
         }
     }
     // The daemon serves many callers at once; the rest are one-shot.
+    // `cellhost mcp` serves one client: one worker thread (and the
+    // blocking pool) keeps each call's hand-offs (transport, rmcp's task
+    // per request, the cell's task, the kernel's actor) on one thread; with
+    // a worker per core every hand-off woke another thread, which doubled
+    // MCP − library (docs/benchmarks.md, "MCP").
     let built = match cli.command {
-        Command::Serve(_) | Command::Mcp(_) => tokio::runtime::Builder::new_multi_thread()
+        Command::Serve(_) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build(),
+        Command::Mcp(_) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
             .enable_all()
             .build(),
         _ => tokio::runtime::Builder::new_current_thread()
