@@ -430,3 +430,45 @@ fn the_wal_is_checkpointed_off_the_commit_path_and_stays_bounded() {
         3000
     );
 }
+
+#[test]
+fn a_new_database_has_small_pages_and_tenant_queries_use_the_tenants_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("h.sqlite");
+    let h = History::open(&path, &HistoryConfig::default(), []).unwrap();
+    let mut e = HistoryEntry::of("acme:s", None, "a", now(), &result("1"));
+    e.tenant = Some("acme".into());
+    h.record(e);
+    h.record(HistoryEntry::of("s", None, "b", now(), &result("2")));
+    h.flush();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let page: i64 = conn
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(page, 1024, "a commit writes whole pages to the WAL");
+    let plan: Vec<String> = conn
+        .prepare(
+            "EXPLAIN QUERY PLAN SELECT id FROM cells WHERE tenant = ?1 ORDER BY id DESC LIMIT 5",
+        )
+        .unwrap()
+        .query_map(["acme"], |r| r.get(3))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(
+        plan.iter().any(|p| p.contains("cells_tenant_set")),
+        "{plan:?}"
+    );
+    let q = PageQuery {
+        tenant: Some("acme".into()),
+        limit: 10,
+        max_bytes: 1 << 20,
+        ..PageQuery::default()
+    };
+    let rows = h.page(&q).unwrap().rows;
+    assert_eq!(
+        rows.iter().map(|r| r.code.as_str()).collect::<Vec<_>>(),
+        ["a"]
+    );
+    h.close();
+}
