@@ -402,7 +402,9 @@ fn main() {
         }
     };
     let out = args.out.clone();
+    // The daemon's own runtime (`cellhost serve`).
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(cellhost_server::worker_threads())
         .enable_all()
         .build()
         .expect("building the tokio runtime");

@@ -299,6 +299,7 @@ fn main() -> ExitCode {
     // MCP − library (docs/benchmarks.md, "MCP").
     let built = match cli.command {
         Command::Serve(_) => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cellhost_server::worker_threads())
             .enable_all()
             .build(),
         Command::Mcp(_) => tokio::runtime::Builder::new_multi_thread()

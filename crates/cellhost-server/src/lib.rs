@@ -49,7 +49,7 @@ use cellhost::registry::KernelManager;
 pub use cellhost_protocol::ExecuteRequest;
 pub use conn::HttpLimits;
 pub use error::ApiError;
-pub use serve::{serve, shutdown_signal, Listening, ServeError};
+pub use serve::{serve, shutdown_signal, worker_threads, Listening, ServeError};
 
 /// How the daemon runs (everything but the manager and the history).
 #[derive(Debug, Clone)]

@@ -19,6 +19,25 @@ use crate::AppState;
 /// How long responses get to go out after the kernels are gone.
 const DRAIN: Duration = Duration::from_secs(5);
 
+/// The daemon runtime's worker threads: `TOKIO_WORKER_THREADS` when set,
+/// else one fewer than the cores (at least one). The kernels are processes
+/// of their own that need cores too: on a 2-core machine a second worker
+/// mostly woke up to steal a task from the first, and one worker gave both
+/// a lower HTTP − library and more cells/s under 32-way load
+/// (docs/benchmarks.md, "HTTP figures").
+pub fn worker_threads() -> usize {
+    if let Some(n) = std::env::var("TOKIO_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        return n;
+    }
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get().saturating_sub(1))
+        .max(1)
+}
+
 /// Why the daemon cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
