@@ -1,12 +1,13 @@
 //! Who commits the history's rows, and when (group commit).
 //!
 //! A row someone waits for ([`super::History::record_committed`]) is
-//! committed on the caller's own thread when no other commit is running:
-//! no hand-off to a writer thread and back, which cost two wake-ups per
-//! cell (on this project's 2-core VMs each was tens of µs). When a commit
-//! is running, the caller queues its row and returns; the running
-//! committer takes every queued row into its next transaction, so
-//! concurrent cells share one commit. A committer drains the queue until
+//! committed on a caller's own thread: no hand-off to a writer thread and
+//! back, which cost two wake-ups per cell (on this project's 2-core VMs
+//! each was tens of µs). The first caller to queue a row claims the next
+//! commit and yields once to the runtime, so the other tasks ready to
+//! answer queue their rows meanwhile; then it commits them all in one
+//! transaction. When a commit is already running, the running committer
+//! takes every queued row into its next transaction. A committer drains the queue until
 //! it is empty ([`ROUNDS`] transactions at most, then the background
 //! thread takes over) and checks it once more after letting go of the
 //! connection, so no queued row is left without a committer.
@@ -82,6 +83,10 @@ pub(super) struct Committer {
     path: PathBuf,
     since_prune: AtomicU64,
     since_checkpoint: AtomicU64,
+    /// Transactions committed (or tried) since open.
+    pub(super) transactions: AtomicU64,
+    /// A caller has claimed the next commit (see [`Committer::commit`]).
+    claimed: AtomicBool,
     /// A [`Kick::Linger`] is on its way or lingering.
     lingering: AtomicBool,
     kick: Mutex<Option<mpsc::Sender<Kick>>>,
@@ -107,6 +112,8 @@ impl Committer {
             path: path.to_owned(),
             since_prune: AtomicU64::new(0),
             since_checkpoint: AtomicU64::new(0),
+            transactions: AtomicU64::new(0),
+            claimed: AtomicBool::new(false),
             lingering: AtomicBool::new(false),
             kick: Mutex::new(Some(tx)),
         });
@@ -122,10 +129,26 @@ impl Committer {
         }
     }
 
-    /// A row someone waits for: queued, and committed on this thread
-    /// unless a commit is running (which then takes it).
-    pub(super) fn commit(&self, row: Box<HistoryEntry>, done: tokio::sync::oneshot::Sender<bool>) {
+    /// A row someone waits for: queued. `true`: the caller has claimed
+    /// the next commit and must call [`Committer::lead`] (after letting
+    /// other callers queue theirs); `false`: a caller that claimed it
+    /// before will commit this row too.
+    pub(super) fn commit(
+        &self,
+        row: Box<HistoryEntry>,
+        done: tokio::sync::oneshot::Sender<bool>,
+    ) -> bool {
         self.push(row, Some(done));
+        // AcqRel both ways: a caller that finds the claim taken pushed its
+        // row before the claimer's `lead` releases the claim, so that
+        // commit's batch has it.
+        !self.claimed.swap(true, Ordering::AcqRel)
+    }
+
+    /// The claimed commit: release the claim, then commit what is queued
+    /// unless a commit is running (which then takes it).
+    pub(super) fn lead(&self) {
+        self.claimed.swap(false, Ordering::AcqRel);
         self.commit_queued(false);
     }
 
@@ -225,6 +248,7 @@ impl Committer {
         for w in waiters.into_iter().flatten() {
             let _ = w.send(committed.is_ok());
         }
+        self.transactions.fetch_add(1, Ordering::Relaxed);
         let n = rows.len() as u64;
         if self.since_prune.fetch_add(n, Ordering::Relaxed) + n >= PRUNE_EVERY {
             self.since_prune.store(0, Ordering::Relaxed);

@@ -179,8 +179,25 @@ pub enum HistoryError {
 /// Resolves once a row from [`History::record_committed`] has committed
 /// (`true`), or could not be (`false`: the insert failed or the writer
 /// has stopped; the writer's log says why).
-#[derive(Debug)]
-pub struct Committed(Option<tokio::sync::oneshot::Receiver<bool>>);
+pub struct Committed {
+    rx: Option<tokio::sync::oneshot::Receiver<bool>>,
+    /// This caller commits the queue, after one yield to the runtime so
+    /// that the other tasks ready to answer queue their rows first and
+    /// share the transaction (on one worker thread nobody could queue
+    /// while the commit runs).
+    lead: Option<(Arc<commit::Committer>, Yield)>,
+}
+
+type Yield = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+impl std::fmt::Debug for Committed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Committed")
+            .field("waits", &self.rx.is_some())
+            .field("leads", &self.lead.is_some())
+            .finish()
+    }
+}
 
 impl std::future::Future for Committed {
     type Output = bool;
@@ -189,10 +206,25 @@ impl std::future::Future for Committed {
         mut self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<bool> {
-        match &mut self.0 {
+        if let Some((c, y)) = &mut self.lead {
+            std::task::ready!(y.as_mut().poll(cx));
+            c.lead();
+            self.lead = None;
+        }
+        match &mut self.rx {
             Some(rx) => std::pin::Pin::new(rx).poll(cx).map(|r| r.unwrap_or(false)),
             // `[history] wait_for_commit = false`: not waited for.
             None => std::task::Poll::Ready(true),
+        }
+    }
+}
+
+impl Drop for Committed {
+    fn drop(&mut self) {
+        // A leader dropped before it committed still commits: the rows of
+        // the callers who count on it must not wait for the next one.
+        if let Some((c, _)) = self.lead.take() {
+            c.lead();
         }
     }
 }
@@ -365,9 +397,10 @@ impl History {
     }
 
     /// Write a row and return a future that resolves once it has
-    /// committed. The row is committed on this thread before the call
-    /// returns, with whatever else is queued, unless another commit is
-    /// running: that one then takes it into its next transaction (group
+    /// committed. Unless another caller has already claimed the next
+    /// commit, the future commits on the awaiting thread, after one yield
+    /// to the runtime, with whatever the others queued meanwhile; a
+    /// running commit takes the rest into its next transaction (group
     /// commit). Rows recorded after [`History::close`] resolve as not
     /// committed. With `[history] wait_for_commit = false` it is
     /// [`History::record`] and resolves at once.
@@ -375,11 +408,19 @@ impl History {
         let row = self.prepare(entry);
         if !self.wait_for_commit {
             self.committer.record(row);
-            return Committed(None);
+            return Committed {
+                rx: None,
+                lead: None,
+            };
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.committer.commit(row, tx);
-        Committed(Some(rx))
+        let lead = self.committer.commit(row, tx).then(|| {
+            (
+                self.committer.clone(),
+                Box::pin(tokio::task::yield_now()) as Yield,
+            )
+        });
+        Committed { rx: Some(rx), lead }
     }
 
     /// The row as stored: code redacted, fields bounded.
@@ -387,6 +428,12 @@ impl History {
         entry.code = self.cleaner.redact(&entry.code);
         bound(&mut entry, self.max_field);
         Box::new(entry)
+    }
+
+    /// Transactions the history has committed (or tried to) since it was
+    /// opened: under load, rows share them (group commit).
+    pub fn commits(&self) -> u64 {
+        self.committer.transactions.load(Ordering::Relaxed)
     }
 
     /// Block until every row recorded so far is committed.

@@ -354,17 +354,65 @@ fn displays_and_the_client_are_kept_bounded_and_an_older_database_gains_their_co
 }
 
 #[test]
-fn an_uncontended_row_is_committed_before_record_committed_returns() {
+fn the_caller_commits_its_own_row_after_one_yield() {
     let dir = tempfile::tempdir().unwrap();
     let h = History::open(&dir.path().join("h.sqlite"), &HistoryConfig::default(), []).unwrap();
     let mut committed = h.record_committed(HistoryEntry::of("s", None, "a", now(), &result("1")));
-    // No other commit runs: the caller's own thread committed it, so the
-    // wait is over before anyone polls (no hand-off to a writer thread).
     let waker = std::task::Waker::noop();
-    let polled =
-        std::pin::Pin::new(&mut committed).poll(&mut std::task::Context::from_waker(waker));
-    assert_eq!(polled, std::task::Poll::Ready(true));
+    let mut cx = std::task::Context::from_waker(waker);
+    // The first poll yields (so other callers can queue theirs), the
+    // second commits on this thread: no writer thread is waited for.
+    assert!(std::pin::Pin::new(&mut committed)
+        .poll(&mut cx)
+        .is_pending());
+    assert_eq!(
+        std::pin::Pin::new(&mut committed).poll(&mut cx),
+        std::task::Poll::Ready(true)
+    );
     assert_eq!(h.session("s", 10).unwrap().len(), 1);
+    // A claimed commit that is dropped unpolled still commits what it
+    // claimed, its own row and a later caller's.
+    let first = h.record_committed(HistoryEntry::of("s", None, "b", now(), &result("2")));
+    let mut second = h.record_committed(HistoryEntry::of("s", None, "c", now(), &result("3")));
+    drop(first);
+    assert_eq!(
+        std::pin::Pin::new(&mut second).poll(&mut cx),
+        std::task::Poll::Ready(true)
+    );
+    assert_eq!(h.session("s", 10).unwrap().len(), 3);
+    h.close();
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn callers_ready_together_on_one_thread_share_one_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = Arc::new(
+        History::open(&dir.path().join("h.sqlite"), &HistoryConfig::default(), []).unwrap(),
+    );
+    let tasks: Vec<_> = (0..16)
+        .map(|i| {
+            let h = h.clone();
+            tokio::spawn(async move {
+                h.record_committed(HistoryEntry::of(
+                    "s",
+                    None,
+                    &format!("c{i}"),
+                    now(),
+                    &result("1"),
+                ))
+                .await
+            })
+        })
+        .collect();
+    for t in tasks {
+        assert!(t.await.unwrap());
+    }
+    assert_eq!(
+        h.commits(),
+        1,
+        "16 rows queued on one thread before the first commit"
+    );
+    assert_eq!(h.session("s", 100).unwrap().len(), 16);
     h.close();
 }
 
