@@ -97,25 +97,35 @@ impl Lean {
             if self.s.read_buf(&mut self.buf).await? == 0 {
                 bail!("the server closed the connection");
             }
-            let Some(h) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-                continue;
-            };
-            let head = std::str::from_utf8(&self.buf[..h])?.to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .context("no content-length")?
-                .trim()
-                .parse()?;
-            if self.buf.len() < h + 4 + len {
-                continue;
+            if answered(&self.buf, Some(SUCCESS))? {
+                return Ok(());
             }
-            if !head.starts_with("http/1.1 200") || !self.buf[h + 4..].starts_with(SUCCESS) {
-                bail!("unexpected answer: {}", String::from_utf8_lossy(&self.buf));
-            }
-            return Ok(());
         }
     }
+}
+
+/// Whether `buf` holds a whole answer (up to its `content-length`); an
+/// error when it is not a 200 whose body starts with `expect` (when given).
+fn answered(buf: &[u8], expect: Option<&[u8]>) -> Result<bool> {
+    let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return Ok(false);
+    };
+    let head = std::str::from_utf8(&buf[..h])?.to_ascii_lowercase();
+    let len: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .context("no content-length")?
+        .trim()
+        .parse()?;
+    if buf.len() < h + 4 + len {
+        return Ok(false);
+    }
+    if let Some(e) = expect {
+        if !head.starts_with("http/1.1 200") || !buf[h + 4..h + 4 + len].starts_with(e) {
+            bail!("unexpected answer: {}", String::from_utf8_lossy(buf));
+        }
+    }
+    Ok(true)
 }
 
 /// One request on a blocking keep-alive socket, like a lean client in
@@ -137,26 +147,9 @@ fn raw_round_trip(
             bail!("the server closed the connection");
         }
         buf.extend_from_slice(&chunk[..n]);
-        let Some(h) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
-            continue;
-        };
-        let head = std::str::from_utf8(&buf[..h])?.to_ascii_lowercase();
-        let len: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length:"))
-            .context("no content-length")?
-            .trim()
-            .parse()?;
-        if buf.len() < h + 4 + len {
-            continue;
+        if answered(buf, expect)? {
+            return Ok(());
         }
-        let body = &buf[h + 4..h + 4 + len];
-        if let Some(e) = expect {
-            if !head.starts_with("http/1.1 200") || !body.starts_with(e) {
-                bail!("unexpected answer: {}", String::from_utf8_lossy(buf));
-            }
-        }
-        return Ok(());
     }
 }
 
