@@ -76,8 +76,8 @@ pub use cellhost_protocol::{
 pub use error_chain::error_chain;
 pub use interpreter::{Interpreter, InterpreterError};
 pub use kernel::{
-    Cell, CellEvent, DisplayLimits, Kernel, KernelError, KernelOptions, SnapshotError,
-    SnapshotLimits, SnapshotSummary, SpawnError,
+    Cell, CellEvent, DisplayLimits, ForkError, Kernel, KernelError, KernelOptions, SnapshotError,
+    SnapshotLimits, SnapshotSummary, SpawnError, Template,
 };
 pub use output::OutputLimits;
 pub use sandbox::{ResourceLimits, Sandbox, StrictSandbox};

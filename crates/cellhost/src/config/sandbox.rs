@@ -137,6 +137,7 @@ impl SandboxConfig {
                 },
                 ro_binds: self.ro_binds.clone(),
                 bench_omit: Default::default(),
+                template: Default::default(),
                 egress: (self.network == Network::Allowlist).then(|| {
                     std::sync::Arc::new(crate::egress::EgressPolicy {
                         allow_hosts: self.allow_hosts.clone(),

@@ -13,14 +13,18 @@
 //!
 //! Only a `none` kernel forks its process: a strict kernel's child would
 //! stay in its source's sandbox (mount namespace, workspace bind, uid),
-//! so strict sessions fork by snapshot and restore. The runner refuses a
+//! so strict sessions fork by snapshot and restore. A strict *template*
+//! (which runs no cell, unsandboxed as root in a bwrap of its own) forks
+//! spares that sandbox themselves: their namespaces with the go, their
+//! mounts, uid, Landlock and seccomp with the hand-over
+//! (`sandbox/rehome.rs`, `runner/strictfork.py`). The runner refuses a
 //! kernel whose state `fork()` would not copy alone (threads of its own,
 //! open files or sockets, which the child would share): each refusal is
 //! a reason the caller reports as it falls back.
 
 use std::io::IoSlice;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
@@ -34,6 +38,7 @@ use super::staging::Staged;
 use super::{Kernel, KernelOptions, Observed};
 use crate::interpreter::Interpreter;
 use crate::sandbox::cgroup::KernelCgroup;
+use crate::sandbox::{rehome, STAGING_IN_SANDBOX, WORKSPACE_IN_SANDBOX};
 use crate::sys;
 
 /// Why a kernel's process was not forked, in words: the caller then
@@ -73,13 +78,18 @@ impl Kernel {
     }
 
     async fn fork_child(&self, opts: &KernelOptions, waits: bool) -> Result<Spare, Refusal> {
-        if opts.sandbox.is_strict() {
+        // Only a strict template's spares sandbox themselves.
+        if opts.sandbox.is_strict() && !(waits && strict_template(opts).is_some()) {
             return Err(STRICT.into());
         }
-        let home = Home::make(opts).map_err(|e| failed("the new kernel's staging dir", e))?;
+        // A strict template sees no host path: its fork connects through
+        // the template's own staging dir (`/run/cellhost/kernel` inside).
+        let template_dir = strict_template(opts).map(|_| opts.staging_root.join(self.process_id()));
+        let home = Home::make(opts, template_dir.as_deref())
+            .map_err(|e| failed("the new kernel's staging dir", e))?;
         let mut request = Frame::new()
             .with("op", "fork")
-            .with("path", home.socket.to_string_lossy().as_bytes());
+            .with("path", home.told.to_string_lossy().as_bytes());
         if waits {
             request = request.with("wait", "1");
         }
@@ -130,32 +140,70 @@ fn failed(what: &str, why: String) -> String {
     format!("the process fork failed ({what}: {why})")
 }
 
+/// The strict profile of a strict template's options.
+fn strict_template(opts: &KernelOptions) -> Option<&crate::StrictSandbox> {
+    match &opts.sandbox {
+        crate::Sandbox::Strict(s) if s.template.0 => Some(s),
+        _ => None,
+    }
+}
+
+/// The strict profile of a kernel's options.
+fn strict_of(opts: &KernelOptions) -> Option<&crate::StrictSandbox> {
+    match &opts.sandbox {
+        crate::Sandbox::Strict(s) => Some(s),
+        crate::Sandbox::None => None,
+    }
+}
+
 /// The new kernel's home, made before the source forks.
 struct Home {
     id: String,
     /// Removed with the home unless a process takes it.
     staging: Staged,
     tools: ToolListener,
-    /// The one-shot socket the child connects to.
-    socket: PathBuf,
+    /// The one-shot socket the child connects to, and its path as the
+    /// source sees it.
+    socket: Unlinked,
+    told: PathBuf,
     listener: tokio::net::UnixListener,
 }
 
 impl Home {
-    fn make(opts: &KernelOptions) -> Result<Home, String> {
+    /// `template_dir`: a strict template's staging dir, where the socket
+    /// goes (the template sees it at `STAGING_IN_SANDBOX`); else the new
+    /// kernel's own.
+    fn make(opts: &KernelOptions, template_dir: Option<&Path>) -> Result<Home, String> {
         let (id, staging, tools) =
             Process::make_staging(opts).map_err(|e| crate::error_chain(&e))?;
         let staging = Staged::new(staging);
-        let listener = sys::bind_private_socket(staging.path(), "rehome.sock")
+        let name = format!("rehome-{id}.sock");
+        let dir = template_dir.unwrap_or(staging.path());
+        let listener = sys::bind_private_socket(dir, &name)
             .and_then(tokio::net::UnixListener::from_std)
             .map_err(|e| format!("the re-homing socket: {e}"))?;
+        let told = match template_dir {
+            Some(_) => Path::new(STAGING_IN_SANDBOX).join(&name),
+            None => dir.join(&name),
+        };
         Ok(Home {
             id,
-            socket: staging.path().join("rehome.sock"),
+            socket: Unlinked(dir.join(&name)),
+            told,
             staging,
             tools,
             listener,
         })
+    }
+}
+
+/// A socket file removed when dropped (once the child connected, or the
+/// fork was given up: in a template's dir it would outlive the fork).
+struct Unlinked(PathBuf);
+
+impl Drop for Unlinked {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -215,7 +263,7 @@ impl Spare {
         if peer != Some(pid as i32) {
             return Err(format!("pid {peer:?} connected, not the child {pid}"));
         }
-        let _ = std::fs::remove_file(&home.socket);
+        let _ = std::fs::remove_file(&home.socket.0);
         let stream = stream.into_std().map_err(|e| e.to_string())?;
         stream.set_nonblocking(false).map_err(|e| e.to_string())?;
         self.stream = Some(stream);
@@ -252,12 +300,51 @@ impl Spare {
         self.cgroup = cgroup;
         if self.waits {
             // In its cgroup now: what it touches from here is charged there.
-            use std::io::Write;
-            let mut go = self.stream.as_ref().ok_or("the child's socket is gone")?;
-            go.write_all(b"g")
-                .map_err(|e| format!("tell the child to go on: {e}"))?;
+            self.go(opts)?;
         }
         Ok(())
+    }
+
+    /// Tell a waiting child it is in its cgroup; a strict template's child
+    /// is sent its namespaces' config and a status pipe with it.
+    fn go(&mut self, opts: &KernelOptions) -> Result<(), String> {
+        let stream = self.stream.as_ref().ok_or("the child's socket is gone")?;
+        let Some(strict) = strict_template(opts) else {
+            use std::io::Write;
+            let mut go = stream;
+            return go
+                .write_all(b"g")
+                .map_err(|e| format!("tell the child to go on: {e}"));
+        };
+        let message = crate::sandbox::rehome::go_message(strict, opts.limits.memory_bytes);
+        let (status_r, status_w) = sys::pipe().map_err(|e| format!("the status pipe: {e}"))?;
+        let sent = sendmsg::<()>(
+            stream.as_raw_fd(),
+            &[IoSlice::new(&message)],
+            &[ControlMessage::ScmRights(&[status_w.as_raw_fd()])],
+            MsgFlags::empty(),
+            None,
+        )
+        .map_err(|e| format!("tell the child to go on: {e}"))?;
+        if sent != message.len() {
+            return Err("tell the child to go on: a short write".into());
+        }
+        let leader = self.leader.take().ok_or("the child's pidfd is gone")?;
+        self.leader = Some(
+            leader
+                .told_by(status_r)
+                .map_err(|e| format!("the status pipe: {e}"))?,
+        );
+        Ok(())
+    }
+
+    /// Why a strict template's child never became a kernel, when its
+    /// sandbox's init said (appended to an error).
+    fn why_not(&mut self) -> String {
+        match self.leader.as_mut().and_then(|l| l.told().error) {
+            Some(e) => format!(" ({e})"),
+            None => String::new(),
+        }
     }
 
     /// Whether the child still lives (a spare can wait long).
@@ -266,7 +353,8 @@ impl Spare {
     }
 
     /// Make the child a kernel of `opts`: its pipes, runner dir, tool
-    /// token, cwd and package dir sent, its hello awaited.
+    /// token, cwd and package dir sent (a strict template's child: its
+    /// sandbox too), its hello awaited.
     ///
     /// # Errors
     /// Why not (the child is killed, nothing of it left behind).
@@ -281,13 +369,18 @@ impl Spare {
         let driver = LocalDriver::new(opts.clone(), interpreter, observed.clone())
             .map_err(|e| failed("the new kernel's driver", crate::error_chain(&e)))?;
         let proc = self
-            .hand_over(&opts, driver.rpc())
+            .hand_over(&opts, driver.rpc(), driver.workspace())
             .await
             .map_err(|why| failed("re-homing the child", why))?;
         Ok(Actor::adopting(driver, proc, observed))
     }
 
-    async fn hand_over(&mut self, opts: &KernelOptions, rpc: &Rpc) -> Result<Process, String> {
+    async fn hand_over(
+        &mut self,
+        opts: &KernelOptions,
+        rpc: &Rpc,
+        workspace: Option<&Path>,
+    ) -> Result<Process, String> {
         let pid = self.pid;
         let pipe = |about: &str| sys::pipe().map_err(|e| format!("{about}: {e}"));
         let (req_r, req_w) = pipe("the request pipe")?;
@@ -300,27 +393,63 @@ impl Spare {
             .home
             .as_ref()
             .expect("a spare has its home until it is a kernel");
-        let payload = serde_json::json!({
-            "runner": home.staging.path().join("runner.py"),
-            "token": &*rpc.token,
-            "cwd": opts.cwd,
-            "packages": packages,
-        })
+        let seal = match strict_of(opts) {
+            Some(strict) => {
+                let workspace = workspace.ok_or("a strict kernel without a workspace")?;
+                let mem_cgroup = self.cgroup.as_ref().is_some_and(|c| c.limits_memory());
+                let places = rehome::Places {
+                    staging: home.staging.path(),
+                    workspace,
+                    packages: packages.as_deref(),
+                };
+                let rlimit_memory = opts.limits.memory_bytes.is_some() && !mem_cgroup;
+                Some(rehome::seal(strict, &places, rlimit_memory)?)
+            }
+            None => None,
+        };
+        let payload = match &seal {
+            None => serde_json::json!({
+                "runner": home.staging.path().join("runner.py"),
+                "token": &*rpc.token,
+                "cwd": opts.cwd,
+                "packages": packages,
+            }),
+            // Paths inside its sandbox (the template's are the same).
+            Some(seal) => serde_json::json!({
+                "runner": Path::new(STAGING_IN_SANDBOX).join("runner.py"),
+                "token": &*rpc.token,
+                "cwd": opts.cwd.as_deref().unwrap_or(Path::new(WORKSPACE_IN_SANDBOX)),
+                "packages": packages.is_some().then_some(crate::packages::PACKAGES_IN_SANDBOX),
+                "strict": seal.spec,
+            }),
+        }
         .to_string();
         let (death_r, death_w) = self.death.take().ok_or("the child's death pipe is gone")?;
         let stream = self.stream.take().ok_or("the child's socket is gone")?;
-        let sent: [&OwnedFd; 5] = [&out_w, &err_w, &req_r, &rep_w, &death_r];
-        let raw: Vec<i32> = sent.iter().map(|fd| fd.as_raw_fd()).collect();
-        sendmsg::<()>(
+        let mut raw: Vec<i32> = [&out_w, &err_w, &req_r, &rep_w, &death_r]
+            .iter()
+            .map(|fd| fd.as_raw_fd())
+            .collect();
+        raw.extend(
+            seal.iter()
+                .flat_map(|s| s.fds.iter().map(AsRawFd::as_raw_fd)),
+        );
+        let sent = sendmsg::<()>(
             stream.as_raw_fd(),
             &[IoSlice::new(payload.as_bytes())],
             &[ControlMessage::ScmRights(&raw)],
             MsgFlags::empty(),
             None,
-        )
-        .map_err(|e| format!("send the child its pipes: {e}"))?;
+        );
+        if let Err(e) = sent {
+            return Err(format!("send the child its pipes: {e}{}", self.why_not()));
+        }
         drop(stream); // EOF: the payload is whole
         drop((out_w, err_w, req_r, rep_w, death_r));
+        let (etc, egress) = match seal {
+            Some(seal) => (Some(seal.etc), seal.egress),
+            None => (None, None),
+        };
         let home = self
             .home
             .take()
@@ -348,7 +477,7 @@ impl Spare {
                 _death: death_w,
                 watcher: self.watcher.take(),
                 staging: home.staging.keep(),
-                _etc: None,
+                _etc: etc,
                 _tools: None,
                 _egress: None,
                 tools_unavailable: None,
@@ -366,18 +495,42 @@ impl Spare {
             }
         };
         proc.serve_tools(home.tools, opts, rpc);
-        let within = opts.spawn_timeout;
-        let hello = tokio::time::timeout(within, proc.await_hello()).await;
-        match hello {
-            Ok(Ok(())) => Ok(proc),
-            Ok(Err(e)) => {
-                proc.kill_now().await;
-                Err(crate::error_chain(&e))
-            }
-            Err(_) => {
-                proc.kill_now().await;
-                Err(format!("no hello within {} s", within.as_secs()))
+        if let (Some(listener), Some(strict)) = (egress, strict_of(opts)) {
+            let policy = strict
+                .egress
+                .clone()
+                .ok_or("an egress socket without a policy")?;
+            match crate::egress::proxy::EgressProxy::start(listener, policy) {
+                Ok(p) => proc._egress = Some(p),
+                Err(e) => {
+                    proc.kill_now().await;
+                    return Err(format!("serve the egress proxy socket: {e}"));
+                }
             }
         }
+        let within = opts.spawn_timeout;
+        let hello = tokio::time::timeout(within, proc.await_hello()).await;
+        let why = match hello {
+            Ok(Ok(())) if opts.sandbox.is_strict() => {
+                // Its leader, the namespace's init, the runner: signals
+                // (SIGINT) go to the runner, and pid() means it.
+                match crate::sandbox::launch::runner_pid(pid, 2) {
+                    Some(runner) => {
+                        proc.pid = runner;
+                        return Ok(proc);
+                    }
+                    None => "the sandboxed runner's pid could not be found".to_owned(),
+                }
+            }
+            Ok(Ok(())) => return Ok(proc),
+            Ok(Err(e)) => crate::error_chain(&e),
+            Err(_) => format!("no hello within {} s", within.as_secs()),
+        };
+        proc.kill_now().await;
+        let told = proc.child.told().error;
+        Err(match told {
+            Some(e) => format!("{why} ({e})"),
+            None => why,
+        })
     }
 }

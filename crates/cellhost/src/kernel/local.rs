@@ -86,6 +86,8 @@ impl LocalDriver {
         let python = interpreter.path().to_path_buf();
         let (workspace, owned_workspace) = match &opts.sandbox {
             Sandbox::None => (None, false),
+            // A template's is a tmpfs of its sandbox's own.
+            Sandbox::Strict(strict) if strict.template.0 => (None, false),
             Sandbox::Strict(strict) => {
                 let (dir, owned) = match &strict.workspace {
                     Some(dir) => (dir.clone(), false),
@@ -151,6 +153,11 @@ impl LocalDriver {
     /// The tool token and authority slot its processes serve.
     pub(crate) fn rpc(&self) -> &Rpc {
         &self.rpc
+    }
+
+    /// The strict sandbox's workspace on the host.
+    pub(crate) fn workspace(&self) -> Option<&Path> {
+        self.workspace.as_deref()
     }
 
     /// New captures for the next cell, returning the finished cell's. Their

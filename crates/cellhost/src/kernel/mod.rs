@@ -17,6 +17,8 @@ mod breach;
 mod display;
 mod fork;
 pub(crate) use fork::{Spare, STRICT as FORK_STRICT};
+mod template;
+pub use template::{ForkError, Template};
 pub(crate) mod driver;
 pub(crate) mod frame;
 mod leader;

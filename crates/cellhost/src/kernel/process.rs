@@ -47,6 +47,8 @@ pub(crate) const RUNNER_FILES: &[(&str, &str)] = &[
     ("pipuninstall.py", include_str!("../runner/pipuninstall.py")),
     // The snapshot and restore ops (docs/snapshots.md).
     ("snapshot.py", include_str!("../runner/snapshot.py")),
+    // A strict template's forks sandbox themselves (docs/templates.md).
+    ("strictfork.py", include_str!("../runner/strictfork.py")),
 ];
 
 /// How a process ended, for notes and errors.
@@ -285,6 +287,7 @@ impl Process {
             setup,
             cgroup,
             wrapped,
+            depth,
             limits,
             landlock,
             block,
@@ -430,7 +433,7 @@ impl Process {
                 if wrapped {
                     // Signals (SIGINT) go to the Python inside; pid() and
                     // RSS mean the runner, as without a sandbox.
-                    match launch::runner_pid(leader) {
+                    match launch::runner_pid(leader, depth) {
                         Some(pid) => proc.pid = pid,
                         None => {
                             proc.kill_now().await;

@@ -11,7 +11,9 @@ import builtins
 import os
 import sys
 
-_HELPERS = ("dialect", "magics", "hints", "snapshot")  # snapshot.py: the snapshot ops  # pipmagic.py: runner.py's _PipMagicHook
+# snapshot.py: the snapshot ops; strictfork.py: the sandbox of a strict
+# template's forks; (pipmagic.py: runner.py's _PipMagicHook)
+_HELPERS = ("dialect", "magics", "hints", "snapshot", "strictfork")
 _helper_sources = {}  # read at start, as display.py
 _helpers = {}
 _hidden_files = set()  # frames tracebacks leave out: the runner's and the helpers'

@@ -64,6 +64,8 @@ _pip_remote = None  # a remote runner: {"policy", "dir", "here"}; pip runs in th
 _preload = []  # --preload=: imported before the hello
 _warmup = False  # --warmup: warm the preloaded modules up too (see _warm_up)
 _pipmagic_source = None  # pipmagic.py, read at start (see _PipMagicHook)
+_egress_socket = None  # --egress=: the host's egress proxy socket
+_strict_template = False  # --template=strict: forks are sandboxed by strictfork.py
 
 
 def _watch_death():
@@ -577,11 +579,25 @@ def _fork_op(runner, req):
         return {"status": "ok", "value": json.dumps({"pid": pid, "names": names})}
     try:
         _rehome(runner, path, waits)
-    except BaseException:
+    except BaseException as e:
+        # Told on a strict fork's status pipe (the host names it), else on
+        # whatever stderr the child has by now.
+        where = []
+        tb = e.__traceback__
+        while tb is not None:
+            where.append("%s:%d" % (tb.tb_frame.f_code.co_name, tb.tb_lineno))
+            tb = tb.tb_next
+        where = " (at %s)" % " < ".join(reversed(where[-4:])) if where else ""
+        line = ("error: re-homing: %s: %s%s\n" % (type(e).__name__, e, where)).encode("utf-8", "replace")
+        try:
+            os.write(_status_fd if _status_fd is not None else 2, line)
+        except OSError:
+            pass
         os._exit(70)
     return None
 
 
+_status_fd = None  # a strict fork's status pipe (strictfork.py), until it is sealed
 _TEMPLATE_NAME = "cellhost-tmpl"
 _process_name = None  # the name a template had before it took its own
 
@@ -600,7 +616,7 @@ def _name_process(name):
 
 
 def _rehome(runner, path, waits=False):
-    global _forked, _runner_file, _tools_token, _packages_dir, _runner_fds
+    global _forked, _runner_file, _tools_token, _packages_dir, _runner_fds, _status_fd
     import json
     import socket
     from array import array
@@ -613,10 +629,22 @@ def _rehome(runner, path, waits=False):
         # Until the host hands it on, or closes the socket (it is gone);
         # meanwhile it holds none of its template's pipes. First the host
         # says it is in its own cgroup (what it touches from then on is
-        # charged there, not to its template's).
+        # charged there, not to its template's): "g", then (a strict
+        # template's fork) the length of a JSON config, the config and its
+        # status pipe.
         s.settimeout(None)
-        if s.recv(1) != b"g":
+        msg, ancdata, _, _ = s.recvmsg(5 if _strict_template else 1, socket.CMSG_SPACE(4))
+        if msg[:1] != b"g":
             raise OSError("the host went away")
+        if _strict_template:
+            status = _received_fds(ancdata)
+            _status_fd = status[0] if status else None
+            size = int.from_bytes(msg[1:5], "big") if len(msg) == 5 else -1
+            cfg = _recv_exactly(s, size)
+            if len(status) != 1 or cfg is None:
+                raise OSError("the host sent no sandbox config")
+            # Returns in the kernel to be only (docs/templates.md).
+            _helper("strictfork").split(json.loads(cfg.decode("utf-8")), status[0])
         null = os.open(os.devnull, os.O_RDWR)
         for fd in [1, 2, CTRL_IN, CTRL_OUT] + [copy for _, copy in runner.streams.saved]:
             os.dup2(null, fd, inheritable=fd < 3)
@@ -625,7 +653,7 @@ def _rehome(runner, path, waits=False):
             # Again, in this process: the pages a first frame, repr or
             # figure touches are copied now, not in the session's cell.
             _warm_up()
-    msg, ancdata, _, _ = s.recvmsg(1 << 16, socket.CMSG_SPACE(8 * 4))
+    msg, ancdata, _, _ = s.recvmsg(1 << 16, socket.CMSG_SPACE(16 * 4))
     chunks = [msg]
     while True:
         more = s.recv(1 << 16)
@@ -633,13 +661,18 @@ def _rehome(runner, path, waits=False):
             break
         chunks.append(more)
     s.close()
-    fds = array("i")
-    for level, kind, blob in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds.frombytes(blob[: len(blob) - len(blob) % fds.itemsize])
+    fds = _received_fds(ancdata)
     new = json.loads(b"".join(chunks).decode("utf-8"))
-    if len(fds) != 5:
-        raise OSError("expected 5 fds, got %d" % len(fds))
+    extra = 0 if new.get("strict") is None else new["strict"]["fds"]
+    if len(fds) != 5 + extra:
+        raise OSError("expected %d fds, got %d" % (5 + extra, len(fds)))
+    if extra:
+        # Its mounts, uid, capabilities, Landlock and seccomp: a sandboxed
+        # kernel from here on (strictfork.py). Closes fds[5:].
+        _helper("strictfork").seal(new["strict"], fds[5:])
+        del fds[5:]
+        os.close(_status_fd)  # its init tells the rest
+        _status_fd = None
     out, err, ctrl_in, ctrl_out, death = fds
     # The copies streams.py puts back on fds 1/2 after each cell first.
     for fd, copy in runner.streams.saved:
@@ -668,8 +701,32 @@ def _rehome(runner, path, waits=False):
         sys.path[:] = [pkgs if p == _packages_dir else p for p in sys.path]
         _packages_dir = pkgs
     _thread.start_new_thread(_watch_death, ())
+    if _egress_socket:
+        _start_egress_forwarder(_egress_socket)  # deferred by a template
     _runner_fds = _open_fds() or set()
     _hello(None)
+
+
+def _received_fds(ancdata):
+    from array import array
+
+    fds = array("i")
+    for level, kind, blob in ancdata:
+        if level == 1 and kind == 1:  # SOL_SOCKET, SCM_RIGHTS
+            fds.frombytes(blob[: len(blob) - len(blob) % fds.itemsize])
+    return list(fds)
+
+
+def _recv_exactly(s, size):
+    if size < 0 or size > 1 << 20:
+        return None
+    buf = b""
+    while len(buf) < size:
+        more = s.recv(size - len(buf))
+        if not more:
+            return None
+        buf += more
+    return buf
 
 
 def _hello(skipped):
@@ -687,13 +744,15 @@ def _hello(skipped):
 
 def _parse_args():
     global _cpu_per_cell, _process_time, MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS, _network
-    global _packages_dir, _warmup
+    global _packages_dir, _warmup, _egress_socket, _strict_template
     for arg in sys.argv[1:]:
         if arg.startswith("--cpu-per-cell="):
             _cpu_per_cell = int(arg.split("=", 1)[1])
             from time import process_time as _process_time
         elif arg.startswith("--egress="):
-            _start_egress_forwarder(arg.split("=", 1)[1])
+            _egress_socket = arg.split("=", 1)[1]
+        elif arg == "--template=strict":
+            _strict_template = True
         elif arg.startswith("--preload="):
             _preload.extend(m for m in arg.split("=", 1)[1].split(",") if m)
         elif arg == "--warmup":
@@ -708,6 +767,11 @@ def _parse_args():
             caps = arg.split("=", 1)[1].split(",")
             MAX_DISPLAY, MAX_CELL_BYTES, MAX_CELL_DISPLAYS = (int(c) for c in caps)
     del sys.argv[1:]
+    if _egress_socket and not _strict_template:
+        _start_egress_forwarder(_egress_socket)
+        _egress_socket = None
+    # (A strict template's forwarder is each fork's own, started once the
+    # fork is sealed: a template with a thread could not fork.)
 
 
 def main():
@@ -725,6 +789,10 @@ def main():
     for fd in (CTRL_IN, CTRL_OUT, DEATH):
         os.set_inheritable(fd, False)
     _setup_display()
+    if _strict_template:
+        # Compiled once, before any fork; the template's privileges down to
+        # what its forks need, before the preload imports run.
+        _helper("strictfork").harden()
     _thread.start_new_thread(_watch_death, ())
     _signal.signal(_signal.SIGINT, _on_sigint)
     try:

@@ -32,7 +32,9 @@ const SYSTEM: &[&str] = &[
 pub(crate) struct Plan<'a> {
     pub strict: &'a StrictSandbox,
     pub staging: &'a Path,
-    pub workspace: &'a Path,
+    /// `None`: a tmpfs of the sandbox's own (a template's, whose forks
+    /// each mount theirs over it).
+    pub workspace: Option<&'a Path>,
     /// Host dirs the interpreter needs (prefixes), bound at the same path.
     pub prefixes: &'a [PathBuf],
     /// Inside the sandbox; default the workspace.
@@ -53,12 +55,34 @@ pub(crate) struct Plan<'a> {
     pub seccomp_fds: &'a [i32],
     /// The host dir mounted read-only at `/etc` (`etc.rs`).
     pub etc: &'a Path,
+    /// A strict template (`rehome.rs`): root with the capabilities of
+    /// [`rehome::template_caps`], in the host's pid namespace (its forks'
+    /// pids are host pids, and each makes a pid namespace of its own).
+    ///
+    /// [`rehome::template_caps`]: super::rehome::template_caps
+    pub template: bool,
 }
 
 /// The bwrap arguments (without the program name).
 pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
     let mut a = Args::default();
-    a.namespaces("cellhost");
+    if p.template {
+        a.flags(&[
+            "--die-with-parent",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--hostname",
+            "cellhost",
+            "--cap-drop",
+            "ALL",
+        ]);
+        for cap in super::rehome::template_caps(p.strict.network) {
+            a.flags(&["--cap-add", cap]);
+        }
+    } else {
+        a.namespaces("cellhost");
+    }
     if !p.strict.network {
         a.flags(&["--unshare-net"]);
     }
@@ -66,7 +90,9 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
         a.push("--block-fd");
         a.push(fd.to_string());
     }
-    a.identity(p.setpriv.is_some());
+    if !p.template {
+        a.identity(p.setpriv.is_some());
+    }
     a.system(SYSTEM);
     a.bind("--ro-bind", p.etc, Path::new("/etc"));
     a.flags(&["--dev", "/dev", "--proc", "/proc"]);
@@ -94,22 +120,34 @@ pub(crate) fn args(p: &Plan<'_>) -> Vec<OsString> {
         }
     }
     a.bind("--ro-bind", p.staging, Path::new(STAGING_IN_SANDBOX));
-    a.bind("--bind", p.workspace, Path::new(WORKSPACE_IN_SANDBOX));
-    if let Some(dir) = p.packages {
-        a.bind(
-            "--ro-bind",
-            dir,
-            Path::new(crate::packages::PACKAGES_IN_SANDBOX),
-        );
+    match p.workspace {
+        Some(dir) => a.bind("--bind", dir, Path::new(WORKSPACE_IN_SANDBOX)),
+        None => {
+            a.flags(&["--perms", "0700", "--tmpfs", WORKSPACE_IN_SANDBOX]);
+            a.mark(Path::new(WORKSPACE_IN_SANDBOX));
+        }
+    }
+    let packages = Path::new(crate::packages::PACKAGES_IN_SANDBOX);
+    match p.packages {
+        Some(dir) => a.bind("--ro-bind", dir, packages),
+        // Where a template's forks mount their package dirs.
+        None if p.template => a.dir(packages),
+        None => {}
     }
     // bwrap changes dir after dropping its capabilities, when it may not
     // enter the kernel uid's 0700 workspace: the runner does it instead.
     a.flags(&["--chdir", "/"]);
-    for fd in p.seccomp_fds {
+    // A template's forks load the filter and drop to their uid themselves.
+    let (seccomp_fds, setpriv) = if p.template {
+        (&[][..], None)
+    } else {
+        (p.seccomp_fds, p.setpriv)
+    };
+    for fd in seccomp_fds {
         a.push("--add-seccomp-fd");
         a.push(fd.to_string());
     }
-    if let Some(setpriv) = p.setpriv {
+    if let Some(setpriv) = setpriv {
         a.push("--");
         a.push(setpriv);
         a.push(format!("--reuid={}", p.strict.uid));
@@ -248,6 +286,14 @@ impl Args {
         }
     }
 
+    /// An empty dir at `dest` (0755), with its missing ancestors.
+    fn dir(&mut self, dest: &Path) {
+        self.ancestors(dest);
+        self.flags(&["--perms", "0755", "--dir"]);
+        self.push(dest);
+        self.mark(dest);
+    }
+
     /// A symlink at `dest` pointing at `target`, as on the host.
     fn symlink(&mut self, target: &Path, dest: &Path) {
         self.ancestors(dest);
@@ -291,13 +337,17 @@ mod tests {
     }
 
     fn plan_args_with(network: bool, root: bool, prefixes: &[&str]) -> Vec<String> {
+        plan_args_as(network, root, prefixes, false)
+    }
+
+    fn plan_args_as(network: bool, root: bool, prefixes: &[&str], template: bool) -> Vec<String> {
         let strict = StrictSandbox::default().network(network);
         let prefixes: Vec<PathBuf> = prefixes.iter().map(PathBuf::from).collect();
         let setpriv = PathBuf::from("/usr/bin/setpriv");
         let plan = Plan {
             strict: &strict,
             staging: Path::new("/tmp/x/kernels/k-1"),
-            workspace: Path::new("/tmp/x/ws"),
+            workspace: (!template).then_some(Path::new("/tmp/x/ws")),
             prefixes: &prefixes,
             cwd: None,
             setpriv: root.then_some(setpriv.as_path()),
@@ -307,6 +357,7 @@ mod tests {
             packages: Some(Path::new("/tmp/x/pkgs")),
             seccomp_fds: &[7, 8],
             etc: Path::new("/tmp/x/sandbox-etc-1"),
+            template,
         };
         args(&plan)
             .into_iter()
@@ -401,5 +452,39 @@ mod tests {
         let sc = a.iter().position(|s| s == "--add-seccomp-fd").unwrap();
         let cmd = a.iter().position(|s| s == "--").unwrap();
         assert!(sc < cmd && has(&a, &["--add-seccomp-fd", "7", "--add-seccomp-fd", "8"]));
+    }
+
+    #[test]
+    fn a_strict_template_keeps_only_its_forks_capabilities_and_the_hosts_pids() {
+        let a = plan_args_as(false, true, &["/usr"], true);
+        assert!(!a.contains(&"--unshare-pid".to_owned()), "{a:?}");
+        assert!(!a.contains(&"--unshare-user".to_owned()), "{a:?}");
+        assert!(has(&a, &["--cap-drop", "ALL"]), "{a:?}");
+        let added: Vec<&str> = a
+            .windows(2)
+            .filter(|w| w[0] == "--cap-add")
+            .map(|w| w[1].as_str())
+            .collect();
+        assert_eq!(added, crate::sandbox::rehome::template_caps(false), "{a:?}");
+        assert!(added.contains(&"CAP_NET_ADMIN"), "its forks' loopback");
+        let host_net = plan_args_as(true, true, &["/usr"], true);
+        assert!(
+            !host_net.iter().any(|s| s == "CAP_NET_ADMIN"),
+            "never over the host's network: {host_net:?}"
+        );
+        assert!(a.contains(&"--unshare-net".to_owned()));
+        // Its own namespaces otherwise, and the same filesystem as a kernel's.
+        for flag in ["--unshare-ipc", "--unshare-uts", "--die-with-parent"] {
+            assert!(a.contains(&flag.to_owned()), "{flag}: {a:?}");
+        }
+        assert!(has(&a, &["--ro-bind", "/tmp/x/sandbox-etc-1", "/etc"]));
+        // No host dir of its own to leave behind: a tmpfs workspace.
+        assert!(has(&a, &["--tmpfs", WORKSPACE_IN_SANDBOX]), "{a:?}");
+        // Its forks load the filter and drop to their uid themselves.
+        assert!(
+            !a.iter()
+                .any(|s| s.contains("setpriv") || s.contains("seccomp")),
+            "{a:?}"
+        );
     }
 }

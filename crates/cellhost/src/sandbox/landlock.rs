@@ -60,6 +60,12 @@ impl Prepared {
     pub(crate) fn raw_fd(&self) -> i32 {
         self.fd.as_raw_fd()
     }
+
+    /// The ruleset's fd, to be sent to a process that enforces it itself
+    /// (a strict template's fork, `runner/strictfork.py`).
+    pub(crate) fn into_fd(self) -> OwnedFd {
+        self.fd
+    }
 }
 
 /// In the forked child (async-signal-safe: one syscall). The host runs as

@@ -29,8 +29,12 @@ pub(crate) struct Launch {
     /// The kernel's cgroups (removed at teardown).
     pub cgroup: Option<KernelCgroup>,
     /// The runner runs under bwrap: the host's child is bwrap, and the
-    /// runner is its grandchild.
+    /// runner is its grandchild (its child, for a strict template).
     pub wrapped: bool,
+    /// How many generations below the host's child the runner is: 0
+    /// unwrapped, 2 under bwrap (bwrap, the pid namespace's init, the
+    /// runner), 1 for a strict template (no pid namespace of its own).
+    pub depth: usize,
     /// How each limit is enforced, for the sentences naming a breach.
     pub limits: EnforcedLimits,
     /// Keeps the Landlock ruleset fd open until the child has forked.
@@ -145,6 +149,10 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
             .into(),
         );
     }
+    let template = matches!(s.sandbox, Sandbox::Strict(strict) if strict.template.0);
+    if template {
+        runner_args.push("--template=strict".into());
+    }
     if !s.preload.is_empty() {
         runner_args.push(format!("--preload={}", s.preload.join(",")).into());
         if s.warmup {
@@ -157,6 +165,11 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
             Sandbox::None => arg.push(dir),
             Sandbox::Strict(_) => arg.push(crate::packages::PACKAGES_IN_SANDBOX),
         }
+        runner_args.push(arg);
+    } else if template {
+        // Where its forks' package dirs are mounted: on every fork's path.
+        let mut arg = OsString::from("--packages=");
+        arg.push(crate::packages::PACKAGES_IN_SANDBOX);
         runner_args.push(arg);
     }
     let mut setup = ChildSetup {
@@ -190,7 +203,8 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
                     )?);
                 }
                 let rlimit_memory = l.memory_bytes.is_some() && !mem_cgroup;
-                if !strict.bench_omit.seccomp {
+                // A template's forks load the filter themselves.
+                if !strict.bench_omit.seccomp && !template {
                     seccomp = seccomp_pipes(rlimit_memory)?;
                 }
                 let (cmd, prepared, etc) =
@@ -205,6 +219,11 @@ pub(crate) fn prepare(s: &Spec<'_>) -> Result<Launch, SandboxError> {
         setup,
         cgroup: cg,
         wrapped,
+        depth: match (wrapped, template) {
+            (false, _) => 0,
+            (true, false) => 2,
+            (true, true) => 1,
+        },
         limits,
         landlock: prepared,
         block,
@@ -253,6 +272,16 @@ fn strict_command(
 ) -> Result<StrictCommand, SandboxError> {
     let bwrap = bwrap::find_program("bwrap").ok_or(SandboxError::BwrapMissing)?;
     let root = nix::unistd::geteuid().is_root();
+    let template = strict.template.0;
+    if template && !root {
+        return Err(SandboxError::Io {
+            about: "start a strict template",
+            err: io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "only a host running as root starts strict templates",
+            ),
+        });
+    }
     // The user the kernel runs as: the configured one when the host is
     // root, else the host user (bwrap maps it to itself).
     let (uid, gid) = if root {
@@ -273,28 +302,17 @@ fn strict_command(
         etc::write(s.staging, uid, gid, strict.network).map_err(etc_io)?;
         Some(etc::template(s.staging.parent().unwrap_or(s.staging)).map_err(etc_io)?)
     };
-    let setpriv = if root {
+    let setpriv = if root && !template {
         if strict.uid == 0 || strict.gid == 0 {
             return Err(SandboxError::RootKernel {
                 uid: strict.uid,
                 gid: strict.gid,
             });
         }
-        // The staging dir and the files the runner reads (runner.py,
-        // display.py) must be readable by the kernel uid. We wrote them
-        // just now; lchown never follows a link.
-        let io = |err| SandboxError::Io {
+        hand_staging_to(s.staging, strict.uid, strict.gid).map_err(|err| SandboxError::Io {
             about: "hand the staging dir to the kernel uid",
             err,
-        };
-        let mut paths = vec![s.staging.to_path_buf()];
-        for entry in std::fs::read_dir(s.staging).map_err(io)? {
-            paths.push(entry.map_err(io)?.path());
-        }
-        debug_assert!(paths.iter().any(|p| p == s.script));
-        for p in paths {
-            std::os::unix::fs::lchown(&p, Some(strict.uid), Some(strict.gid)).map_err(io)?;
-        }
+        })?;
         Some(
             bwrap::find_program("setpriv")
                 .ok_or(SandboxError::SetprivMissing { uid: strict.uid })?,
@@ -302,10 +320,17 @@ fn strict_command(
     } else {
         None
     };
-    let workspace = s.workspace.ok_or(SandboxError::Io {
-        about: "find the kernel's workspace",
-        err: io::Error::new(io::ErrorKind::NotFound, "no workspace was prepared"),
-    })?;
+    // A template has a tmpfs of its own there (its forks mount theirs).
+    let workspace = match s.workspace {
+        Some(dir) => Some(dir),
+        None if template => None,
+        None => {
+            return Err(SandboxError::Io {
+                about: "find the kernel's workspace",
+                err: io::Error::new(io::ErrorKind::NotFound, "no workspace was prepared"),
+            })
+        }
+    };
     let prefixes = prefixes(s.python)?;
     // `-s`: no user site dir. HOME is the workspace, so a cell could plant
     // a `usercustomize.py` there that would run at every later start.
@@ -331,6 +356,7 @@ fn strict_command(
         packages: s.packages,
         seccomp_fds: &seccomp_fds,
         etc: etc_dir.as_ref().map_or(Path::new("/etc"), |t| &t.dir),
+        template,
     };
     let mut cmd = tokio::process::Command::new(&bwrap);
     cmd.args(bwrap::args(&plan))
@@ -346,12 +372,28 @@ fn strict_command(
         .env("TMPDIR", "/tmp")
         .envs(s.extra_env.iter().copied());
     // With the egress proxy the runner listens on the sandbox's own
-    // loopback (the namespace has no route out).
-    Ok((
-        cmd,
-        landlock::prepare(strict.network || strict.egress.is_some()),
-        etc_dir,
-    ))
+    // loopback (the namespace has no route out). A template's forks each
+    // enforce a ruleset of their own (`rehome.rs`).
+    let landlock = if template {
+        None
+    } else {
+        landlock::prepare(strict.network || strict.egress.is_some())
+    };
+    Ok((cmd, landlock, etc_dir))
+}
+
+/// Hand a kernel's staging dir and the files in it (runner.py,
+/// display.py, the sockets, `etc/`) to its uid: the runner reads them.
+/// lchown never follows a link.
+pub(crate) fn hand_staging_to(staging: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    let mut paths = vec![staging.to_path_buf()];
+    for entry in std::fs::read_dir(staging)? {
+        paths.push(entry?.path());
+    }
+    for p in paths {
+        std::os::unix::fs::lchown(&p, Some(uid), Some(gid))?;
+    }
+    Ok(())
 }
 
 /// Create the workspace when missing. A workspace owned by the host
@@ -432,9 +474,10 @@ pub(crate) fn prefixes(python: &Path) -> Result<Vec<PathBuf>, SandboxError> {
     Ok(dirs)
 }
 
-/// The host pid of the runner under bwrap: bwrap's child is the pid
-/// namespace's init, whose child is the runner.
-pub(crate) fn runner_pid(bwrap_pid: u32) -> Option<u32> {
+/// The host pid of the runner `depth` generations below the host's child
+/// (under bwrap, 2: bwrap's child is the pid namespace's init, whose
+/// child is the runner).
+pub(crate) fn runner_pid(leader: u32, depth: usize) -> Option<u32> {
     let child_of = |pid: u32| -> Option<u32> {
         std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
             .ok()?
@@ -443,5 +486,5 @@ pub(crate) fn runner_pid(bwrap_pid: u32) -> Option<u32> {
             .parse()
             .ok()
     };
-    child_of(child_of(bwrap_pid)?)
+    (0..depth).try_fold(leader, |pid, _| child_of(pid))
 }

@@ -32,6 +32,7 @@ pub(crate) mod etc;
 mod landlock;
 pub(crate) mod launch;
 mod limits;
+pub(crate) mod rehome;
 pub(crate) mod seccomp;
 
 use std::path::PathBuf;
@@ -117,7 +118,18 @@ pub struct StrictSandbox {
     /// Benchmarks only: layers left out to measure what they cost.
     #[doc(hidden)]
     pub bench_omit: BenchOmit,
+    /// Set on a strict template's own options only (docs/templates.md,
+    /// "Strict kernels"): it starts as root with the capabilities its
+    /// forks need to sandbox themselves. Not settable outside this crate.
+    #[doc(hidden)]
+    pub template: TemplateRole,
 }
+
+/// Whether a strict kernel is a warm template (`kernel/template.rs`).
+/// Only this crate sets it.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TemplateRole(pub(crate) bool);
 
 /// Benchmarks only (`cellhost-bench sandbox`): parts of the strict
 /// profile a bench leaves out to measure what they cost in the spawn path
@@ -147,6 +159,7 @@ impl Default for StrictSandbox {
             ro_binds: Vec::new(),
             egress: None,
             bench_omit: BenchOmit::default(),
+            template: TemplateRole::default(),
         }
     }
 }

@@ -331,6 +331,68 @@ pub fn private_mount_namespace() -> io::Result<()> {
     Ok(())
 }
 
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// A detached copy of the mounts at and under `path` (a recursive bind
+/// that is attached nowhere yet), `nosuid,nodev` and, with `read_only`,
+/// read-only: another mount namespace's process moves it into place with
+/// `move_mount` (a strict template's fork, `runner/strictfork.py`). Closing
+/// the fd unattached dissolves it. Never follows a symlink at `path`.
+///
+/// # Errors
+/// The path, or the kernel (before 5.12, or without the privilege).
+pub(crate) fn detached_bind(path: &Path, read_only: bool) -> io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let c = cstr(path)?;
+    let flags = OPEN_TREE_CLONE
+        | libc::O_CLOEXEC as libc::c_uint
+        | libc::AT_RECURSIVE as libc::c_uint
+        | libc::AT_SYMLINK_NOFOLLOW as libc::c_uint;
+    // SAFETY: a NUL-terminated path; open_tree returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_open_tree, libc::AT_FDCWD, c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd that nothing else owns.
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_NOSUID
+            | MOUNT_ATTR_NODEV
+            | if read_only { MOUNT_ATTR_RDONLY } else { 0 },
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    let empty = CString::default();
+    // SAFETY: the fd is ours, the path empty (AT_EMPTY_PATH), the attr
+    // struct valid for its size.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            fd.as_raw_fd(),
+            empty.as_ptr(),
+            (libc::AT_EMPTY_PATH | libc::AT_RECURSIVE) as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

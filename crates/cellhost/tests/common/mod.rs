@@ -30,9 +30,37 @@ pub async fn kernel() -> TestKernel {
     kernel_with(options(&dir), dir).await
 }
 
+/// A kernel of `opts`: spawned, or with `CELLHOST_TEST_KERNELS=forked`
+/// (scripts/test runs the sandbox suites a second time so) a strict one is
+/// forked from a warm template of its own, which is then shut down (its
+/// forks outlive it), so every sandbox test checks forked kernels too
+/// (docs/templates.md, "Strict kernels").
 pub async fn kernel_with(opts: KernelOptions, dir: tempfile::TempDir) -> TestKernel {
-    let kernel = Kernel::spawn(opts).await.expect("kernel starts");
+    let kernel = if opts.sandbox.is_strict() && forked_kernels() {
+        let template = cellhost::Template::start(&opts)
+            .await
+            .expect("a strict template starts");
+        let kernel = template.fork(opts).await.expect("a kernel forks from it");
+        // Forked indeed: the runner, its namespace's init, the fork, then
+        // the template.
+        let runner = kernel.pid().expect("a live kernel");
+        let up = |pid| parent_of(pid).expect("a live parent");
+        assert_eq!(
+            Some(up(up(up(runner)))),
+            template.pid(),
+            "a fork of the template"
+        );
+        template.shutdown().await;
+        kernel
+    } else {
+        Kernel::spawn(opts).await.expect("kernel starts")
+    };
     TestKernel { kernel, dir }
+}
+
+/// `CELLHOST_TEST_KERNELS=forked`: strict test kernels are template forks.
+pub fn forked_kernels() -> bool {
+    std::env::var("CELLHOST_TEST_KERNELS").is_ok_and(|v| v == "forked")
 }
 
 /// A kernel whose host environment is PATH plus `vars` (no passthrough).
