@@ -9,7 +9,9 @@
 //!   template against plain spawns (target <= 1/4), per kernel.
 //!
 //! Usage: cellhost-bench-templates [--python PATH] [--out FILE]
-//! Environment: BENCH_FIRST (30) new sessions per variant, BENCH_PANDAS
+//! Environment: BENCH_SANDBOX=strict for strict kernels (a strict template
+//! against bwrap spawns; results in bench/results/templates-strict.json),
+//! BENCH_FIRST (30) new sessions per variant, BENCH_PANDAS
 //! (10) pandas sessions per variant, BENCH_IDLE (1000) idle template
 //! forks, BENCH_IDLE_PLAIN (100) idle plain kernels (each holds its own
 //! pandas: 1,000 of them would not fit this machine's memory),
@@ -34,12 +36,23 @@ use stats::Summary;
 
 const PANDAS: &str = "import pandas as pd; pd.DataFrame({'a': [1]})";
 
+/// `BENCH_SANDBOX=strict`: strict kernels (else `none`).
+fn strict() -> bool {
+    std::env::var("BENCH_SANDBOX").as_deref() == Ok("strict")
+}
+
 fn manager(dir: &tempfile::TempDir, python: &PathBuf, templates: bool) -> ManagerOptions {
+    let sandbox = if strict() {
+        cellhost::Sandbox::strict()
+    } else {
+        cellhost::Sandbox::None
+    };
     ManagerOptions::new(dir.path().join("data"))
         .kernel(
             KernelOptions::default()
                 .python(python)
-                .runtime_dir(dir.path().join("run")),
+                .runtime_dir(dir.path().join("run"))
+                .sandbox(sandbox),
         )
         .idle_timeout(None)
         .warm_pool(0)
@@ -85,9 +98,19 @@ fn pss_kib(pid: u32) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// `n` idle sessions that imported pandas: their kernels' summed PSS in
-/// MiB (the template's included where there is one), and the host's RSS.
-async fn idle(m: &KernelManager, n: usize) -> Result<(f64, f64, f64)> {
+/// What `n` idle sessions that imported pandas hold, in MiB: their
+/// runners' summed PSS (the template's included where there is one),
+/// and the summed PSS of every process the host started (also each
+/// kernel's bwrap or namespace init and leader, death watchers,
+/// templates, spares); the host's RSS; seconds to start them.
+struct Idle {
+    pss: f64,
+    all_pss: f64,
+    host: f64,
+    took: f64,
+}
+
+async fn idle(m: &KernelManager, n: usize) -> Result<Idle> {
     let t = Instant::now();
     for i in 0..n {
         cell(m, &format!("idle-{i}"), "import pandas as pd").await?;
@@ -99,13 +122,47 @@ async fn idle(m: &KernelManager, n: usize) -> Result<(f64, f64, f64)> {
     }
     let mut pss: u64 = list.iter().filter_map(|k| k.pid.and_then(pss_kib)).sum();
     let pids: Vec<u32> = list.iter().filter_map(|k| k.pid).collect();
-    if let Some(template) = pids.first().and_then(|p| parent(*p)) {
-        if template != std::process::id() {
-            pss += pss_kib(template).unwrap_or(0);
+    if let Some(template) = pids.first().and_then(|p| template_of(*p)) {
+        pss += pss_kib(template).unwrap_or(0);
+    }
+    let all: u64 = descendants(std::process::id())
+        .into_iter()
+        .filter_map(pss_kib)
+        .sum();
+    let host = cellhost::kernel::rss_bytes(std::process::id()).unwrap_or(0);
+    Ok(Idle {
+        pss: pss as f64 / 1024.0,
+        all_pss: all as f64 / 1024.0,
+        host: host as f64 / (1024.0 * 1024.0),
+        took,
+    })
+}
+
+/// The template `pid` was forked from (an ancestor named so), if any.
+fn template_of(pid: u32) -> Option<u32> {
+    let mut p = parent(pid)?;
+    while p > 1 && p != std::process::id() {
+        let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).ok()?;
+        if comm.trim() == "cellhost-tmpl" {
+            return Some(p);
+        }
+        p = parent(p)?;
+    }
+    None
+}
+
+/// Every live descendant of `pid`.
+fn descendants(pid: u32) -> Vec<u32> {
+    let (mut out, mut todo) = (Vec::new(), vec![pid]);
+    while let Some(p) = todo.pop() {
+        let kids =
+            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
+        for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
+            out.push(k);
+            todo.push(k);
         }
     }
-    let host = cellhost::kernel::rss_bytes(std::process::id()).unwrap_or(0);
-    Ok((pss as f64 / 1024.0, host as f64 / (1024.0 * 1024.0), took))
+    out
 }
 
 fn parent(pid: u32) -> Option<u32> {
@@ -127,7 +184,11 @@ async fn run(args: &Args) -> Result<()> {
     let pandas_n = env_usize("BENCH_PANDAS", 10)?;
     let idle_n = env_usize("BENCH_IDLE", 1000)?;
     let idle_plain_n = env_usize("BENCH_IDLE_PLAIN", 100)?;
-    eprintln!("templates bench: python {}", args.python.display());
+    eprintln!(
+        "templates bench: python {}, {} kernels",
+        args.python.display(),
+        if strict() { "strict" } else { "none" }
+    );
 
     // First replies, no pool, no preload.
     let (da, db) = (tempfile::tempdir()?, tempfile::tempdir()?);
@@ -181,7 +242,7 @@ async fn run(args: &Args) -> Result<()> {
             .max_kernels(idle_n + 1),
     )
     .await;
-    let (t_pss, t_host, t_took) = idle(&many, idle_n).await?;
+    let ti = idle(&many, idle_n).await?;
     many.shutdown().await;
     let df = tempfile::tempdir()?;
     let few = KernelManager::start(
@@ -190,22 +251,27 @@ async fn run(args: &Args) -> Result<()> {
             .max_kernels(idle_plain_n + 1),
     )
     .await;
-    let (p_pss, p_host, p_took) = idle(&few, idle_plain_n).await?;
+    let pi = idle(&few, idle_plain_n).await?;
     few.shutdown().await;
-    let (t_each, p_each) = (t_pss / idle_n as f64, p_pss / idle_plain_n as f64);
+    let (t_each, p_each) = (ti.pss / idle_n as f64, pi.pss / idle_plain_n as f64);
+    let (t_all, p_all) = (ti.all_pss / idle_n as f64, pi.all_pss / idle_plain_n as f64);
     println!(
-        "{idle_n} idle forks with pandas: summed PSS {t_pss:.0} MiB ({t_each:.2} MiB each, template included), host RSS {t_host:.1} MiB, started in {t_took:.1} s"
+        "{idle_n} idle forks with pandas: summed PSS {:.0} MiB ({t_each:.2} MiB each, template included; {t_all:.2} MiB each with every process), host RSS {:.1} MiB, started in {:.1} s",
+        ti.pss, ti.host, ti.took
     );
     println!(
-        "{idle_plain_n} idle plain kernels with pandas: summed PSS {p_pss:.0} MiB ({p_each:.2} MiB each), host RSS {p_host:.1} MiB, started in {p_took:.1} s"
+        "{idle_plain_n} idle plain kernels with pandas: summed PSS {:.0} MiB ({p_each:.2} MiB each; {p_all:.2} MiB each with every process), host RSS {:.1} MiB, started in {:.1} s",
+        pi.pss, pi.host, pi.took
     );
     println!(
-        "  PSS per kernel, fork / plain: {:.3}x (target <= 0.25x)",
-        t_each / p_each
+        "  PSS per kernel, fork / plain: {:.3}x, with every process {:.3}x (target <= 0.25x)",
+        t_each / p_each,
+        t_all / p_all
     );
 
     let figures = json!({
         "python": args.python,
+        "sandbox": if strict() { "strict" } else { "none" },
         "first_reply_template": ms(&f),
         "first_reply_plain": ms(&p),
         "ratio_first_reply_template_to_plain": f.p50 / p.p50,
@@ -213,14 +279,17 @@ async fn run(args: &Args) -> Result<()> {
         "first_pandas_plain": ms(&pp),
         "ratio_first_pandas_template_to_plain": pf.p50 / pp.p50,
         "idle_forks": idle_n,
-        "idle_forks_pss_mib": t_pss,
-        "idle_forks_host_rss_mib": t_host,
-        "idle_forks_seconds": t_took,
+        "idle_forks_pss_mib": ti.pss,
+        "idle_forks_all_processes_pss_mib": ti.all_pss,
+        "idle_forks_host_rss_mib": ti.host,
+        "idle_forks_seconds": ti.took,
         "idle_plain": idle_plain_n,
-        "idle_plain_pss_mib": p_pss,
-        "idle_plain_host_rss_mib": p_host,
-        "idle_plain_seconds": p_took,
+        "idle_plain_pss_mib": pi.pss,
+        "idle_plain_all_processes_pss_mib": pi.all_pss,
+        "idle_plain_host_rss_mib": pi.host,
+        "idle_plain_seconds": pi.took,
         "ratio_pss_each_fork_to_plain": t_each / p_each,
+        "ratio_all_processes_pss_each_fork_to_plain": t_all / p_all,
     });
     if let Some(parent) = args.out.parent() {
         std::fs::create_dir_all(parent)?;
@@ -232,7 +301,12 @@ async fn run(args: &Args) -> Result<()> {
 }
 
 fn main() {
-    let args = match args::parse("bench/results/templates.json") {
+    let out = if strict() {
+        "bench/results/templates-strict.json"
+    } else {
+        "bench/results/templates.json"
+    };
+    let args = match args::parse(out) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("cellhost-bench-templates: {e:#}");
