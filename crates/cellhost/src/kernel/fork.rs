@@ -316,17 +316,24 @@ impl Spare {
                 .write_all(b"g")
                 .map_err(|e| format!("tell the child to go on: {e}"));
         };
-        let message = crate::sandbox::rehome::go_message(strict, opts.limits.memory_bytes);
+        let mem_cgroup = self
+            .cgroup
+            .as_ref()
+            .is_some_and(KernelCgroup::limits_memory);
+        let rlimit_memory = opts.limits.memory_bytes.is_some() && !mem_cgroup;
+        let go = rehome::go(strict, opts.limits.memory_bytes, rlimit_memory)?;
         let (status_r, status_w) = sys::pipe().map_err(|e| format!("the status pipe: {e}"))?;
+        let mut fds = vec![status_w.as_raw_fd()];
+        fds.extend(go.landlock.as_ref().map(AsRawFd::as_raw_fd));
         let sent = sendmsg::<()>(
             stream.as_raw_fd(),
-            &[IoSlice::new(&message)],
-            &[ControlMessage::ScmRights(&[status_w.as_raw_fd()])],
+            &[IoSlice::new(&go.message)],
+            &[ControlMessage::ScmRights(&fds)],
             MsgFlags::empty(),
             None,
         )
         .map_err(|e| format!("tell the child to go on: {e}"))?;
-        if sent != message.len() {
+        if sent != go.message.len() {
             return Err("tell the child to go on: a short write".into());
         }
         let leader = self.leader.take().ok_or("the child's pidfd is gone")?;
@@ -396,14 +403,12 @@ impl Spare {
         let seal = match strict_of(opts) {
             Some(strict) => {
                 let workspace = workspace.ok_or("a strict kernel without a workspace")?;
-                let mem_cgroup = self.cgroup.as_ref().is_some_and(|c| c.limits_memory());
                 let places = rehome::Places {
                     staging: home.staging.path(),
                     workspace,
                     packages: packages.as_deref(),
                 };
-                let rlimit_memory = opts.limits.memory_bytes.is_some() && !mem_cgroup;
-                Some(rehome::seal(strict, &places, rlimit_memory)?)
+                Some(rehome::seal(strict, &places)?)
             }
             None => None,
         };

@@ -603,14 +603,18 @@ _process_name = None  # the name a template had before it took its own
 
 
 def _name_process(name):
+    # (Bytes through os: a fork's first text-mode open costs ~0.4 ms.)
     global _process_name
     try:
-        with open("/proc/self/comm", "r+") as f:
-            before = f.read().strip()
-            f.seek(0)
-            f.write(name)
+        fd = os.open("/proc/self/comm", os.O_RDWR)
+        try:
+            before = os.read(fd, 64).strip()
+            os.lseek(fd, 0, 0)
+            os.write(fd, name.encode("utf-8", "replace"))
+        finally:
+            os.close(fd)
         if name == _TEMPLATE_NAME:
-            _process_name = before
+            _process_name = before.decode("utf-8", "replace")
     except OSError:
         pass
 
@@ -633,7 +637,7 @@ def _rehome(runner, path, waits=False):
         # template's fork) the length of a JSON config, the config and its
         # status pipe.
         s.settimeout(None)
-        msg, ancdata, _, _ = s.recvmsg(5 if _strict_template else 1, socket.CMSG_SPACE(4))
+        msg, ancdata, _, _ = s.recvmsg(5 if _strict_template else 1, socket.CMSG_SPACE(8))
         if msg[:1] != b"g":
             raise OSError("the host went away")
         if _strict_template:
@@ -641,18 +645,23 @@ def _rehome(runner, path, waits=False):
             _status_fd = status[0] if status else None
             size = int.from_bytes(msg[1:5], "big") if len(msg) == 5 else -1
             cfg = _recv_exactly(s, size)
-            if len(status) != 1 or cfg is None:
+            if len(status) not in (1, 2) or cfg is None:
                 raise OSError("the host sent no sandbox config")
-            # Returns in the kernel to be only (docs/templates.md).
-            _helper("strictfork").split(json.loads(cfg.decode("utf-8")), status[0])
+            # Returns in the kernel to be only (docs/templates.md); the
+            # second fd is its Landlock ruleset.
+            landlock = status[1] if len(status) == 2 else None
+            _helper("strictfork").split(json.loads(cfg.decode("utf-8")), status[0], landlock)
         null = os.open(os.devnull, os.O_RDWR)
         for fd in [1, 2, CTRL_IN, CTRL_OUT] + [copy for _, copy in runner.streams.saved]:
             os.dup2(null, fd, inheritable=fd < 3)
         os.close(null)
+        if _process_name is not None:
+            _name_process(_process_name)  # a template's fork: a kernel again
         if _warmup and _preload:
             # Again, in this process: the pages a first frame, repr or
             # figure touches are copied now, not in the session's cell.
             _warm_up()
+        _rehearse()
     msg, ancdata, _, _ = s.recvmsg(1 << 16, socket.CMSG_SPACE(16 * 4))
     chunks = [msg]
     while True:
@@ -682,8 +691,6 @@ def _rehome(runner, path, waits=False):
     for fd in fds:
         os.close(fd)
     _forked = False
-    if _process_name is not None:
-        _name_process(_process_name)  # forked from a template: a kernel again
     _runner_file = new["runner"]
     _tools_token = new["token"]
     sock = os.path.join(os.path.dirname(_runner_file), "tools.sock")
@@ -700,11 +707,48 @@ def _rehome(runner, path, waits=False):
     if pkgs and _packages_dir:
         sys.path[:] = [pkgs if p == _packages_dir else p for p in sys.path]
         _packages_dir = pkgs
-    _thread.start_new_thread(_watch_death, ())
     if _egress_socket:
         _start_egress_forwarder(_egress_socket)  # deferred by a template
-    _runner_fds = _open_fds() or set()
     _hello(None)
+    # After the hello, before the next request is read (so no cell runs
+    # first): off the hand-over's path.
+    _thread.start_new_thread(_watch_death, ())
+    _runner_fds = _open_fds() or set()
+
+
+def _rehearse():
+    # A spare, before it waits: the hand-over's paths run once on dummies,
+    # so the pages they touch (data copied on write, and code the fork has
+    # not mapped yet) fault in now, not on a new session's first reply:
+    # ~100 pages, ~5 us each on a VM like this project's.
+    import json
+    import socket
+    from array import array
+
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        payload = {"runner": "/x/runner.py", "token": "t", "cwd": None, "packages": None}
+        if _strict_template:
+            payload["strict"] = {"uid": 1, "gid": 1, "fds": 1, "mounts": [["/x", 0]]}
+        a.sendmsg(
+            [json.dumps(payload).encode("utf-8")],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array("i", [null]).tobytes())],
+        )
+        msg, ancdata, _, _ = b.recvmsg(1 << 16, socket.CMSG_SPACE(16 * 4))
+        for fd in _received_fds(ancdata):
+            os.close(fd)
+        new = json.loads(msg.decode("utf-8"))
+        os.path.join(os.path.dirname(new["runner"]), "tools.sock")
+        list(_tools_modules)
+        new.get("cwd")
+    finally:
+        os.close(null)
+        a.close()
+        b.close()
+    _open_fds()
+    if _strict_template:
+        _helper("strictfork").rehearse()
 
 
 def _received_fds(ancdata):

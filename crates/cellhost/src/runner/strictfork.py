@@ -16,22 +16,29 @@
 #   namespace's init. C2 makes its mounts private, mounts a fresh /proc,
 #   /tmp, /dev/shm and /dev/pts over its template's (detached first),
 #   names the host, brings lo up, forks C3 (the kernel to be, pid 2) and
-#   drops to an unprivileged uid with no capabilities; it then reaps until
-#   C3 is gone, writes C3's wait status to the host's status pipe and
-#   exits as C3 did. C1 waits for C2 and exits the same way. The host sees
-#   what it sees of bwrap: a leader, an init, the runner.
-# seal(): in C3, when the host hands the kernel over. Its staging dir,
-#   workspace and package dir (detached mounts the host made, read-only
-#   where a spawned kernel's are) are moved over the template's; then the
-#   groups, gid and uid are dropped to the session's, the bounding,
-#   ambient and inheritable capability sets emptied, no_new_privs set, the
-#   Landlock ruleset enforced and the seccomp programs loaded: what bwrap
-#   and setpriv do to a spawned kernel before its Python starts. Anything
-#   that fails kills the fork (fail closed); the host then spawns plainly.
+#   drops to nobody with no capabilities; it then reaps until C3 is gone,
+#   writes C3's wait status on the host's status pipe and exits as C3 did.
+#   C3 empties its bounding and ambient capability sets, enforces the
+#   Landlock ruleset the host sent with the go and loads the seccomp
+#   programs sent with it: the kernel's filter (what bwrap loads for a
+#   spawned kernel) but for umount2 and move_mount, which seal() denies
+#   with one more small program once its own mounts are in place (the host
+#   checks that the parts together decide every call as the kernel's
+#   filter does; loading the big program costs ~0.2 ms, off the hand-over
+#   this way). C1 waits for C2 and exits
+#   as it does: the host sees what it sees of bwrap (a leader, an init,
+#   the runner).
+# seal(): in C3, at the hand-over. Its staging dir, workspace and package
+#   dir (detached mounts the host made, read-only where a spawned
+#   kernel's are) are moved over its template's; then its groups, gid and
+#   uid are dropped to the session's, its capability sets emptied, and the
+#   last seccomp program loaded.
 #
-# Stdlib only (ctypes). The numbers of the syscalls libc may not wrap
-# (move_mount, landlock_restrict_self) come from the host, which has them
-# for its architecture.
+# Anything that fails kills the fork (fail closed) and is said on the
+# status pipe; the host then spawns plainly. Stdlib only (ctypes). The
+# numbers of the syscalls libc may not wrap (move_mount,
+# landlock_restrict_self) come from the host, which has them for its
+# architecture.
 
 import ctypes
 import fcntl
@@ -75,6 +82,13 @@ _libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _libc.capset.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 _libc.syscall.restype = ctypes.c_long
+# Made once, in the template: a fork's first use of ctypes costs.
+_CAP_HEADER = ctypes.create_string_buffer(struct.pack("Ii", LINUX_CAPABILITY_VERSION_3, 0), 8)
+_CAP_NONE = ctypes.create_string_buffer(24)  # two {effective, permitted, inheritable}
+_CAP_SETS = (b"CapInh:", b"CapPrm:", b"CapEff:", b"CapBnd:", b"CapAmb:")
+
+_sealed = []  # C3's last seccomp program, ready to load (seal())
+_nr = {}  # syscall numbers from the host
 
 
 class _SockFprog(ctypes.Structure):
@@ -136,34 +150,53 @@ def _close_all_but(keep):
                 pass
 
 
+def _status_lines():
+    fd = os.open("/proc/self/status", os.O_RDONLY)
+    try:
+        return os.read(fd, 1 << 16).splitlines()
+    finally:
+        os.close(fd)
+
+
+def _last_cap():
+    try:
+        fd = os.open("/proc/sys/kernel/cap_last_cap", os.O_RDONLY)
+        try:
+            return int(os.read(fd, 64))
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return 63
+
+
 def harden():
     """In the template, at its start (before the preload imports): its
     bounding set down to the capabilities it holds, and no_new_privs, so
     nothing it or a module it imports executes gets more (bwrap drops a
     root sandbox's effective set, not its bounding set)."""
     held = 0
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("CapEff:"):
-                held = int(line.split()[1], 16)
+    for line in _status_lines():
+        if line.startswith(b"CapEff:"):
+            held = int(line.split()[1], 16)
     for cap in range(_last_cap() + 1):
         if not held >> cap & 1:
             _prctl(PR_CAPBSET_DROP, cap)
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
-def _last_cap():
-    try:
-        with open("/proc/sys/kernel/cap_last_cap") as f:
-            return int(f.read())
-    except (OSError, ValueError):
-        return 63
+def _empty_bounding_set():
+    # Its effective capabilities stay until the drop (the bounding set
+    # only limits what an exec could gain).
+    for cap in range(_last_cap() + 1):
+        _prctl(PR_CAPBSET_DROP, cap)
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
 
 
-def split(cfg, status_fd):
+def split(cfg, status_fd, landlock_fd):
     """In C1: returns only in C3 (the kernel to be); C1 and C2 never
     return. `cfg` is the host's: {"net": unshare the network, "tmp_bytes":
-    size of /tmp and /dev/shm or None}."""
+    size of /tmp and /dev/shm or None, "seccomp": [hex of each program],
+    "sys": {name: syscall number}}; `landlock_fd` its ruleset, or None."""
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP
     if cfg.get("net"):
         flags |= CLONE_NEWNET
@@ -186,15 +219,19 @@ def split(cfg, status_fd):
                 os._exit(1)
         _exit_as(status)
     try:
-        c3 = _init_setup(cfg, status_fd)
+        _init_setup(cfg)
+        c3 = os.fork()
     except BaseException as e:
         _report(status_fd, "error: the fork's sandbox: %s" % (e,))
         os._exit(70)
     if c3 == 0:
-        return  # C3
+        _prctl(PR_SET_PDEATHSIG, 9)
+        _confine(cfg, landlock_fd)
+        return  # C3: it keeps the status pipe until it is sealed, to say why not
     _close_all_but((status_fd,))
     try:
         os.chdir("/")  # not the template's workspace
+        _empty_bounding_set()
         _drop(INIT_UID, INIT_UID)
     except BaseException as e:
         _report(status_fd, "error: the fork's init could not drop its privileges: %s" % (e,))
@@ -202,7 +239,7 @@ def split(cfg, status_fd):
     _reap(c3, status_fd)
 
 
-def _init_setup(cfg, status_fd):
+def _init_setup(cfg):
     # C2, pid 1 of the new namespace, still root with the template's
     # capabilities.
     _prctl(PR_SET_PDEATHSIG, 9)  # dies with C1
@@ -221,11 +258,73 @@ def _init_setup(cfg, status_fd):
             fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", IFF_UP))
         finally:
             s.close()
-    c3 = os.fork()
-    if c3 == 0:
-        # (It keeps the status pipe until it is sealed, to say why not.)
-        _prctl(PR_SET_PDEATHSIG, 9)
-    return c3
+
+
+def _confine(cfg, landlock_fd):
+    # C3, before it waits: what bwrap and setpriv do but the mounts, the
+    # uid and the last part of the filter, seal()'s.
+    global _sealed, _nr
+    try:
+        _empty_bounding_set()
+        _nr = cfg["sys"]
+        if landlock_fd is not None:
+            _ok(
+                _libc.syscall(
+                    ctypes.c_long(_nr["landlock_restrict_self"]),
+                    ctypes.c_long(landlock_fd),
+                    ctypes.c_long(0),
+                ),
+                "landlock_restrict_self",
+            )
+            os.close(landlock_fd)
+        for _, prog in _programs(cfg.get("seccomp", ())):
+            _load(prog)
+        _sealed = _programs(cfg.get("sealed", ()))  # ready to load at the seal
+    except BaseException as e:
+        raise OSError("the kernel's confinement: %s" % (e,))
+
+
+def _programs(hexes):
+    # Each program's buffer and the struct pointing at it.
+    out = []
+    for program in hexes:
+        raw = bytes.fromhex(program)
+        buf = ctypes.create_string_buffer(raw, len(raw))
+        out.append((buf, _SockFprog(len(raw) // 8, ctypes.addressof(buf))))
+    return out
+
+
+def _load(prog):
+    _ok(
+        _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0),
+        "load a seccomp program",
+    )
+
+
+def rehearse():
+    """In C3 (a spare) before it waits: seal()'s paths once, so what they
+    touch faults in now (see the runner's _rehearse). Changes nothing but
+    its supplementary groups, which the drop empties anyway: a move_mount
+    of no fd fails with EBADF, a missing dir is not detached."""
+    _status_lines()
+    os.setgroups([])
+    os.getresuid(), os.getresgid(), os.getgroups()
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)  # set already: the ctypes call path
+    _detach("/run/cellhost/no-such-dir")
+    _move_mount(-1, "/run/cellhost/no-such-dir", check=False)
+
+
+def _move_mount(fd, target, check=True):
+    r = _libc.syscall(
+        ctypes.c_long(_nr["move_mount"]),
+        ctypes.c_long(fd),
+        ctypes.c_char_p(b""),
+        ctypes.c_long(AT_FDCWD),
+        ctypes.c_char_p(target.encode()),
+        ctypes.c_long(MOVE_MOUNT_F_EMPTY_PATH),
+    )
+    if check:
+        _ok(r, "move the mount to %s" % target)
 
 
 def _reap(c3, status_fd):
@@ -248,70 +347,39 @@ def _reap(c3, status_fd):
 
 def _drop(uid, gid):
     """Drop to `uid`:`gid` for good: no groups, no capabilities in any
-    set, an empty bounding set, no_new_privs (setpriv's --clear-groups
-    --inh-caps=-all --bounding-set=-all --no-new-privs)."""
+    set (the bounding and ambient sets are empty already), no_new_privs
+    (setpriv's --clear-groups --inh-caps=-all --bounding-set=-all
+    --no-new-privs)."""
     if uid == 0 or gid == 0:
         raise OSError("a kernel never runs as root")
-    for cap in range(_last_cap() + 1):
-        _prctl(PR_CAPBSET_DROP, cap)
-    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
     os.setgroups([])
     os.setresgid(gid, gid, gid)
     os.setresuid(uid, uid, uid)
-    header = struct.pack("Ii", LINUX_CAPABILITY_VERSION_3, 0)
-    data = bytes(24)  # two {effective, permitted, inheritable}, all empty
-    hbuf = ctypes.create_string_buffer(header, len(header))
-    dbuf = ctypes.create_string_buffer(data, len(data))
-    _ok(_libc.capset(hbuf, dbuf), "capset")
+    _ok(_libc.capset(_CAP_HEADER, _CAP_NONE), "capset")
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
     # Checked, not assumed: a set left non-empty fails the fork.
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
-                if int(line.split()[1], 16) != 0:
-                    raise OSError("%s is not empty after the drop" % line.split(":")[0])
-            elif line.startswith("NoNewPrivs") and line.split()[1] != "1":
-                raise OSError("no_new_privs is not set")
+    for line in _status_lines():
+        if line.startswith(_CAP_SETS):
+            if int(line.split()[1], 16) != 0:
+                raise OSError("%s is not empty after the drop" % line.split(b":")[0].decode())
+        elif line.startswith(b"NoNewPrivs:") and line.split()[1] != b"1":
+            raise OSError("no_new_privs is not set")
     if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
         raise OSError("the uid, gid or groups did not change")
 
 
 def seal(spec, fds):
     """In C3, at the hand-over: `spec` is the host's {"uid", "gid",
-    "mounts": [[target, index in fds]], "landlock": index or None,
-    "seccomp": [hex of each program], "sys": {name: syscall number}};
-    `fds` the descriptors sent with it."""
-    nr = spec["sys"]
+    "mounts": [[target, index in fds]]}; `fds` the descriptors sent with
+    it (closed here)."""
     os.chdir("/")  # not the template's workspace, which goes now
     for target, i in spec["mounts"]:
         _detach(target)
-        _ok(
-            _libc.syscall(
-                ctypes.c_long(nr["move_mount"]),
-                ctypes.c_long(fds[i]),
-                ctypes.c_char_p(b""),
-                ctypes.c_long(AT_FDCWD),
-                ctypes.c_char_p(target.encode()),
-                ctypes.c_long(MOVE_MOUNT_F_EMPTY_PATH),
-            ),
-            "move the mount to %s" % target,
-        )
+        _move_mount(fds[i], target)
+    for fd in fds:
+        os.close(fd)
     _drop(spec["uid"], spec["gid"])
     # As after an exec (a spawned kernel's): its /proc entries are its own.
     _prctl(PR_SET_DUMPABLE, 1)
-    ll = spec.get("landlock")
-    if ll is not None:
-        _ok(
-            _libc.syscall(ctypes.c_long(nr["landlock_restrict_self"]), ctypes.c_long(fds[ll]), ctypes.c_long(0)),
-            "landlock_restrict_self",
-        )
-    for fd in fds:
-        os.close(fd)
-    for program in spec["seccomp"]:
-        raw = bytes.fromhex(program)
-        buf = ctypes.create_string_buffer(raw, len(raw))
-        prog = _SockFprog(len(raw) // 8, ctypes.addressof(buf))
-        _ok(
-            _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0),
-            "load a seccomp program",
-        )
+    for _, prog in _sealed:
+        _load(prog)

@@ -6,19 +6,21 @@
 //! no seccomp filter, no Landlock domain and no pid namespace (its forks'
 //! pids are host pids). Each fork is made a strict kernel in two steps:
 //!
-//! - with its go (once it is in its cgroup) the spare is sent
-//!   [`go_message`]: whether to unshare the network, the size of its
-//!   private `/tmp` and `/dev/shm`, and the write end of a status pipe on
-//!   which its namespace's init reports how the kernel ended (its parent
-//!   is the template, so the host could not read its exit otherwise) or
-//!   why the sandbox could not be made;
+//! - with its go (once it is in its cgroup) the spare is sent [`Go`]:
+//!   whether to unshare the network, the size of its private `/tmp` and
+//!   `/dev/shm`, the seccomp programs (the ones bwrap loads for a spawned
+//!   kernel, in two parts: `seccomp.rs`, [`seccomp::ForkPrograms`]) and a
+//!   Landlock ruleset, which it is confined by before it waits (but for
+//!   the last small program, loaded once its mounts are in place), and the
+//!   write end of a status pipe on which its namespace's
+//!   init reports how the kernel ended (its parent is the template, so the
+//!   host could not read its exit otherwise) or why the sandbox could not
+//!   be made;
 //! - at the hand-over, [`seal`]: the session's `/etc` files in the new
 //!   staging dir, which is handed to the kernel uid as a spawn's is;
 //!   detached mounts of the staging dir (read-only), the workspace and
-//!   the package dir (read-only), which the fork moves over its
-//!   template's; the uid and gid; a Landlock ruleset; the seccomp
-//!   programs (the ones bwrap loads for a spawned kernel); and the egress
-//!   proxy's socket.
+//!   the package dir (read-only), which the fork's init moves over its
+//!   template's; the uid and gid; and the egress proxy's socket.
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -46,19 +48,55 @@ pub(crate) fn template_caps(network: bool) -> &'static [&'static str] {
     }
 }
 
-/// The go of a strict template's spare: `g`, the config's length (4 bytes,
-/// big-endian) and the config; the status pipe's write end goes with it.
-pub(crate) fn go_message(strict: &StrictSandbox, tmp_bytes: Option<u64>) -> Vec<u8> {
+/// The go of a strict template's spare.
+pub(crate) struct Go {
+    /// `g`, the config's length (4 bytes, big-endian) and the config.
+    pub message: Vec<u8>,
+    /// Sent with it after the status pipe's write end: the Landlock
+    /// ruleset, where the kernel has Landlock.
+    pub landlock: Option<OwnedFd>,
+}
+
+/// The go of a strict template's spare whose kernel will have `strict`'s
+/// profile (the template's: the same for every kernel of its flavour);
+/// `tmp_bytes` caps its `/tmp` and `/dev/shm`; `rlimit_memory`: its memory
+/// is bounded by rlimits only (the seccomp variant).
+///
+/// # Errors
+/// No seccomp filter could be built for this host.
+pub(crate) fn go(
+    strict: &StrictSandbox,
+    tmp_bytes: Option<u64>,
+    rlimit_memory: bool,
+) -> Result<Go, String> {
+    let (programs, sealed): (Vec<String>, Vec<String>) = if strict.bench_omit.seccomp {
+        (Vec::new(), Vec::new())
+    } else {
+        let p = seccomp::fork_programs(rlimit_memory)
+            .map_err(|e| format!("the seccomp filter: {}", e.0))?;
+        (
+            p.before.programs.iter().map(|p| hex(p)).collect(),
+            vec![hex(&p.sealed)],
+        )
+    };
     let cfg = serde_json::json!({
         "net": !strict.network,
         "tmp_bytes": tmp_bytes,
+        "seccomp": programs,
+        "sealed": sealed,
+        "sys": {
+            "move_mount": libc::SYS_move_mount,
+            "landlock_restrict_self": libc::SYS_landlock_restrict_self,
+        },
     })
     .to_string();
-    let mut out = Vec::with_capacity(5 + cfg.len());
-    out.push(b'g');
-    out.extend_from_slice(&(cfg.len() as u32).to_be_bytes());
-    out.extend_from_slice(cfg.as_bytes());
-    out
+    let mut message = Vec::with_capacity(5 + cfg.len());
+    message.push(b'g');
+    message.extend_from_slice(&(cfg.len() as u32).to_be_bytes());
+    message.extend_from_slice(cfg.as_bytes());
+    let landlock = landlock::prepare(strict.network || strict.egress.is_some())
+        .map(landlock::Prepared::into_fd);
+    Ok(Go { message, landlock })
 }
 
 /// What a fork is sealed with at its hand-over.
@@ -81,17 +119,12 @@ pub(crate) struct Places<'a> {
     pub packages: Option<&'a Path>,
 }
 
-/// Everything the fork needs to become `strict`'s kernel. `rlimit_memory`:
-/// memory is bounded by rlimits only (the seccomp variant).
+/// What else the fork needs to become `strict`'s kernel.
 ///
 /// # Errors
 /// Why not, in words (nothing is left behind but files in the staging
 /// dir, which goes with the fork).
-pub(crate) fn seal(
-    strict: &StrictSandbox,
-    at: &Places<'_>,
-    rlimit_memory: bool,
-) -> Result<Seal, String> {
+pub(crate) fn seal(strict: &StrictSandbox, at: &Places<'_>) -> Result<Seal, String> {
     if strict.uid == 0 || strict.gid == 0 {
         return Err("a kernel never runs as root (uid or gid 0)".into());
     }
@@ -126,31 +159,11 @@ pub(crate) fn seal(
     if let Some(dir) = at.packages {
         bind(dir, crate::packages::PACKAGES_IN_SANDBOX, true)?;
     }
-    let landlock = landlock::prepare(strict.network || strict.egress.is_some()).map(|p| {
-        fds.push(p.into_fd());
-        fds.len() - 1
-    });
-    let programs: Vec<String> = if strict.bench_omit.seccomp {
-        Vec::new()
-    } else {
-        seccomp::programs(rlimit_memory)
-            .map_err(|e| format!("the seccomp filter: {}", e.0))?
-            .programs
-            .iter()
-            .map(|p| hex(p))
-            .collect()
-    };
     let spec = serde_json::json!({
         "uid": strict.uid,
         "gid": strict.gid,
         "fds": fds.len(),
         "mounts": mounts,
-        "landlock": landlock,
-        "seccomp": programs,
-        "sys": {
-            "move_mount": libc::SYS_move_mount,
-            "landlock_restrict_self": libc::SYS_landlock_restrict_self,
-        },
     });
     Ok(Seal {
         spec,
@@ -198,15 +211,21 @@ mod tests {
     #[test]
     fn the_go_message_is_g_then_the_configs_length_and_the_config() {
         let strict = StrictSandbox::default();
-        let m = go_message(&strict, Some(1 << 20));
+        let m = go(&strict, Some(1 << 20), false).unwrap().message;
         assert_eq!(m[0], b'g');
         let len = u32::from_be_bytes(m[1..5].try_into().unwrap()) as usize;
         assert_eq!(len, m.len() - 5);
         let cfg: serde_json::Value = serde_json::from_slice(&m[5..]).unwrap();
         assert_eq!(cfg["net"], true, "network off: a namespace of its own");
         assert_eq!(cfg["tmp_bytes"], 1 << 20);
-        let on = go_message(&StrictSandbox::default().network(true), None);
-        let cfg: serde_json::Value = serde_json::from_slice(&on[5..]).unwrap();
+        // The kernel's filter in its two parts (seccomp.rs checks that
+        // together they are the kernel's).
+        let fork = seccomp::fork_programs(false).unwrap();
+        let want: Vec<String> = fork.before.programs.iter().map(|p| hex(p)).collect();
+        assert_eq!(cfg["seccomp"], serde_json::json!(want));
+        assert_eq!(cfg["sealed"], serde_json::json!([hex(&fork.sealed)]));
+        let on = go(&StrictSandbox::default().network(true), None, false).unwrap();
+        let cfg: serde_json::Value = serde_json::from_slice(&on.message[5..]).unwrap();
         assert_eq!(
             (cfg["net"].as_bool(), cfg["tmp_bytes"].is_null()),
             (Some(false), true)
