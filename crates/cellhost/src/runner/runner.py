@@ -623,7 +623,6 @@ def _rehome(runner, path, waits=False):
     global _forked, _runner_file, _tools_token, _packages_dir, _runner_fds, _status_fd
     import json
     import socket
-    from array import array
 
     os.setsid()
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
