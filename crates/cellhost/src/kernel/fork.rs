@@ -126,6 +126,7 @@ impl Kernel {
             cgroup: None,
             death: None,
             watcher: None,
+            strict: false,
         };
         // (Dropped on failure: the child and its cgroup are killed.)
         spare
@@ -224,6 +225,9 @@ pub(crate) struct Spare {
     /// it, started with the spare: a `/bin/sh` spawn off the hand-over.
     death: Option<(OwnedFd, OwnedFd)>,
     watcher: Option<tokio::process::Child>,
+    /// A strict template's: it sandboxes itself, and only a strict
+    /// kernel's options may be handed to it.
+    strict: bool,
 }
 
 impl Drop for Spare {
@@ -342,6 +346,7 @@ impl Spare {
                 .told_by(status_r)
                 .map_err(|e| format!("the status pipe: {e}"))?,
         );
+        self.strict = true;
         Ok(())
     }
 
@@ -400,6 +405,10 @@ impl Spare {
             .home
             .as_ref()
             .expect("a spare has its home until it is a kernel");
+        if strict_of(opts).is_some() != self.strict {
+            // (A strict template's child runs as root until it is sealed.)
+            return Err("the kernel's sandbox profile is not its template's".into());
+        }
         let seal = match strict_of(opts) {
             Some(strict) => {
                 let workspace = workspace.ok_or("a strict kernel without a workspace")?;

@@ -599,6 +599,7 @@ def _fork_op(runner, req):
 
 _status_fd = None  # a strict fork's status pipe (strictfork.py), until it is sealed
 _TEMPLATE_NAME = "cellhost-tmpl"
+_SPARE_NAME = "cellhost-spare"
 _process_name = None  # the name a template had before it took its own
 
 
@@ -654,8 +655,7 @@ def _rehome(runner, path, waits=False):
         for fd in [1, 2, CTRL_IN, CTRL_OUT] + [copy for _, copy in runner.streams.saved]:
             os.dup2(null, fd, inheritable=fd < 3)
         os.close(null)
-        if _process_name is not None:
-            _name_process(_process_name)  # a template's fork: a kernel again
+        _name_process(_SPARE_NAME)  # not a template, not a kernel yet
         if _warmup and _preload:
             # Again, in this process: the pages a first frame, repr or
             # figure touches are copied now, not in the session's cell.
@@ -671,6 +671,8 @@ def _rehome(runner, path, waits=False):
     s.close()
     fds = _received_fds(ancdata)
     new = json.loads(b"".join(chunks).decode("utf-8"))
+    if _strict_template and new.get("strict") is None:
+        raise OSError("a strict template's fork was handed no sandbox")  # it runs as root
     extra = 0 if new.get("strict") is None else new["strict"]["fds"]
     if len(fds) != 5 + extra:
         raise OSError("expected %d fds, got %d" % (5 + extra, len(fds)))
@@ -690,6 +692,8 @@ def _rehome(runner, path, waits=False):
     for fd in fds:
         os.close(fd)
     _forked = False
+    if _process_name is not None:
+        _name_process(_process_name)  # forked from a template: a kernel again
     _runner_file = new["runner"]
     _tools_token = new["token"]
     sock = os.path.join(os.path.dirname(_runner_file), "tools.sock")

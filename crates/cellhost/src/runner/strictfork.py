@@ -150,6 +150,19 @@ def _close_all_but(keep):
                 pass
 
 
+def _name(name):
+    # What ps shows: a strict fork's leader and init are `cellhost-sbx` (a
+    # spawned kernel's are `bwrap`), not the template they were forked from.
+    try:
+        fd = os.open("/proc/self/comm", os.O_WRONLY)
+        try:
+            os.write(fd, name)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def _status_lines():
     fd = os.open("/proc/self/status", os.O_RDONLY)
     try:
@@ -208,6 +221,7 @@ def split(cfg, status_fd, landlock_fd):
         os._exit(70)
     if c2:
         # C1: the leader the host watches; exits as C2 does.
+        _name(b"cellhost-sbx")
         _close_all_but(())
         while True:
             try:
@@ -243,6 +257,7 @@ def _init_setup(cfg):
     # C2, pid 1 of the new namespace, still root with the template's
     # capabilities.
     _prctl(PR_SET_PDEATHSIG, 9)  # dies with C1
+    _name(b"cellhost-sbx")
     _ok(_libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None), "make the mounts private")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     size = cfg.get("tmp_bytes")

@@ -48,7 +48,8 @@ impl TestManager {
 /// Pids of live kernel processes whose command line names a runner script
 /// under `run_dir` (read from /proc: real processes, not registry
 /// entries). Warm templates (named `cellhost-tmpl`; their forks share
-/// their command line) are not kernels: see [`template_pids`].
+/// their command line) and their spares (`cellhost-spare`, forked ahead of
+/// a request) are not kernels: see [`template_pids`].
 pub fn runner_pids(run_dir: &Path) -> Vec<u32> {
     let needle = run_dir.to_string_lossy().into_owned();
     live_pids()
@@ -57,6 +58,7 @@ pub fn runner_pids(run_dir: &Path) -> Vec<u32> {
                 let cmdline = String::from_utf8_lossy(&c);
                 cmdline.contains("runner.py") && cmdline.contains(&needle)
             }) && !is_template(*pid)
+                && !is_spare(*pid)
         })
         .collect()
 }
@@ -67,6 +69,12 @@ pub fn live_pids() -> impl Iterator<Item = u32> {
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| super::pid_alive(*pid))
+}
+
+/// Whether `pid` is a template's spare (it names itself so until it is
+/// handed over).
+pub fn is_spare(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "cellhost-spare")
 }
 
 /// Whether `pid` is a warm template (it names itself so).
