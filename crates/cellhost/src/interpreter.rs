@@ -51,23 +51,45 @@ impl Interpreter {
     /// Resolve `python` (a path, or a bare name looked up on PATH). Results
     /// are cached per input for the life of the process.
     pub fn resolve(python: Option<&Path>) -> Result<Interpreter, InterpreterError> {
-        static CACHE: OnceLock<Mutex<HashMap<PathBuf, Interpreter>>> = OnceLock::new();
-        let requested = match python {
-            Some(p) => p.to_path_buf(),
-            None => std::env::var_os("CELLHOST_PYTHON")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("python3")),
-        };
-        let cache = CACHE.get_or_init(Default::default);
-        if let Some(hit) = cache.lock().expect("interpreter cache").get(&requested) {
+        let requested = Self::requested(python);
+        if let Some(hit) = Self::cache()
+            .lock()
+            .expect("interpreter cache")
+            .get(&requested)
+        {
             return Ok(hit.clone());
         }
         let found = Self::resolve_uncached(&requested)?;
-        cache
+        Self::cache()
             .lock()
             .expect("interpreter cache")
             .insert(requested, found.clone());
         Ok(found)
+    }
+
+    /// [`Interpreter::resolve`]'s answer when it is known already (no file
+    /// is looked at and nothing runs: callable from async code).
+    pub fn resolved(python: Option<&Path>) -> Option<Interpreter> {
+        let requested = Self::requested(python);
+        Self::cache()
+            .lock()
+            .expect("interpreter cache")
+            .get(&requested)
+            .cloned()
+    }
+
+    fn requested(python: Option<&Path>) -> PathBuf {
+        match python {
+            Some(p) => p.to_path_buf(),
+            None => std::env::var_os("CELLHOST_PYTHON")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("python3")),
+        }
+    }
+
+    fn cache() -> &'static Mutex<HashMap<PathBuf, Interpreter>> {
+        static CACHE: OnceLock<Mutex<HashMap<PathBuf, Interpreter>>> = OnceLock::new();
+        CACHE.get_or_init(Default::default)
     }
 
     fn resolve_uncached(requested: &Path) -> Result<Interpreter, InterpreterError> {
