@@ -112,7 +112,11 @@ async fn new_strict_kernels_are_forks_of_a_root_template_each_sandboxed_on_its_o
     let uid_a: u32 = status(a, "Uid").parse().unwrap();
     let uid_b: u32 = status(b, "Uid").parse().unwrap();
     assert!(uid_a >= 200_000 && uid_b >= 200_000 && uid_a != uid_b);
-    for (pid, what) in [(a, "runner"), (init_a, "its namespace's init")] {
+    for (pid, what) in [
+        (a, "runner"),
+        (init_a, "its namespace's init"),
+        (leader_a, "its leader"),
+    ] {
         for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
             assert_eq!(status(pid, set), "0000000000000000", "{what} {set}");
         }
@@ -120,6 +124,11 @@ async fn new_strict_kernels_are_forks_of_a_root_template_each_sandboxed_on_its_o
     }
     assert_eq!(status(a, "Seccomp"), "2", "the runner is filtered");
     assert_eq!(status(init_a, "Uid"), "65534", "the init runs as nobody");
+    assert_eq!(
+        status(leader_a, "Uid"),
+        "65534",
+        "the leader runs as nobody"
+    );
     // Namespaces of its own: none shared with b or the template.
     for ns in ["mnt", "pid", "net", "ipc", "uts", "cgroup"] {
         let (na, nb) = (namespace(a, ns), namespace(b, ns));

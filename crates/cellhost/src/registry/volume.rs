@@ -130,7 +130,13 @@ fn mount_locked(root: &Path, vol: &Path, quota: u64) -> io::Result<()> {
         sparse_copy(&template, &tmp)?;
         std::fs::rename(&tmp, &image)?;
     }
-    mount::mount_image(&image, &fs, "ext4", "noinit_itable,errors=remount-ro", fresh)?;
+    mount::mount_image(
+        &image,
+        &fs,
+        "ext4",
+        "noinit_itable,errors=remount-ro",
+        fresh,
+    )?;
     // The fs root is root's alone: kernels see only the dirs bound in.
     std::fs::set_permissions(&fs, std::fs::Permissions::from_mode(0o700))?;
     let _ = std::fs::remove_dir(fs.join("lost+found"));

@@ -26,8 +26,8 @@
 #   checks that the parts together decide every call as the kernel's
 #   filter does; loading the big program costs ~0.2 ms, off the hand-over
 #   this way). C1 waits for C2 and exits
-#   as it does: the host sees what it sees of bwrap (a leader, an init,
-#   the runner).
+#   as it does, as nobody with no capabilities: the host sees what it sees
+#   of bwrap (a leader, an init, the runner).
 # seal(): in C3, at the hand-over. Its staging dir, workspace and package
 #   dir (detached mounts the host made, read-only where a spawned
 #   kernel's are) are moved over its template's; then its groups, gid and
@@ -182,6 +182,11 @@ def _last_cap():
         return 63
 
 
+# Read once, in the template: a fork's /proc may be a pid namespace's
+# where it is not (its leader's, while its init remounts it).
+_LAST_CAP = _last_cap()
+
+
 def harden():
     """In the template, at its start (before the preload imports): its
     bounding set down to the capabilities it holds, and no_new_privs, so
@@ -191,7 +196,7 @@ def harden():
     for line in _status_lines():
         if line.startswith(b"CapEff:"):
             held = int(line.split()[1], 16)
-    for cap in range(_last_cap() + 1):
+    for cap in range(_LAST_CAP + 1):
         if not held >> cap & 1:
             _prctl(PR_CAPBSET_DROP, cap)
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
@@ -200,7 +205,7 @@ def harden():
 def _empty_bounding_set():
     # Its effective capabilities stay until the drop (the bounding set
     # only limits what an exec could gain).
-    for cap in range(_last_cap() + 1):
+    for cap in range(_LAST_CAP + 1):
         _prctl(PR_CAPBSET_DROP, cap)
     _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
 
@@ -220,8 +225,17 @@ def split(cfg, status_fd, landlock_fd):
         _report(status_fd, "error: the fork's namespaces: %s" % (e,))
         os._exit(70)
     if c2:
-        # C1: the leader the host watches; exits as C2 does.
+        # C1: the leader the host watches; exits as C2 does. It needs no
+        # privilege for that: nobody, no capabilities. (Its /proc is being
+        # remounted by C2 for C2's pid namespace, where C1 is not: the drop
+        # is checked through the calls, not /proc/self.)
         _name(b"cellhost-sbx")
+        try:
+            _empty_bounding_set()
+            _drop(INIT_UID, INIT_UID, verify=False)
+        except BaseException as e:
+            _report(status_fd, "error: the fork's leader could not drop its privileges: %s" % (e,))
+            os._exit(70)
         _close_all_but(())
         while True:
             try:
@@ -360,11 +374,11 @@ def _reap(c3, status_fd):
             _exit_as(status)
 
 
-def _drop(uid, gid):
+def _drop(uid, gid, verify=True):
     """Drop to `uid`:`gid` for good: no groups, no capabilities in any
     set (the bounding and ambient sets are empty already), no_new_privs
     (setpriv's --clear-groups --inh-caps=-all --bounding-set=-all
-    --no-new-privs)."""
+    --no-new-privs); `verify`: each set read back from /proc/self/status."""
     if uid == 0 or gid == 0:
         raise OSError("a kernel never runs as root")
     os.setgroups([])
@@ -372,6 +386,10 @@ def _drop(uid, gid):
     os.setresuid(uid, uid, uid)
     _ok(_libc.capset(_CAP_HEADER, _CAP_NONE), "capset")
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+        raise OSError("the uid, gid or groups did not change")
+    if not verify:
+        return
     # Checked, not assumed: a set left non-empty fails the fork.
     for line in _status_lines():
         if line.startswith(_CAP_SETS):
@@ -379,8 +397,6 @@ def _drop(uid, gid):
                 raise OSError("%s is not empty after the drop" % line.split(b":")[0].decode())
         elif line.startswith(b"NoNewPrivs:") and line.split()[1] != b"1":
             raise OSError("no_new_privs is not set")
-    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
-        raise OSError("the uid, gid or groups did not change")
 
 
 def seal(spec, fds):
