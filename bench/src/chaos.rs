@@ -12,6 +12,7 @@
 //!        [--max-kernels 8] [--sandbox strict|none] [--seed N]
 //!        [--cellhost PATH] [--out bench/results/chaos.json]
 
+#[allow(dead_code)]
 #[path = "procfs.rs"]
 mod procfs;
 #[path = "reliability/mod.rs"]

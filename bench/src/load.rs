@@ -7,6 +7,7 @@
 //! Usage: cellhost-bench-load [--clients 64] [--seconds 60]
 //!        [--sandbox strict|none] [--cellhost PATH] [--out bench/results/load.json]
 
+#[allow(dead_code)]
 #[path = "procfs.rs"]
 mod procfs;
 #[allow(dead_code)]

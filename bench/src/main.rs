@@ -7,6 +7,7 @@
 mod dialect;
 mod jupyter;
 mod library;
+#[allow(dead_code)]
 mod procfs;
 mod raw;
 mod report;

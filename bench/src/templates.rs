@@ -21,6 +21,9 @@
 #[path = "args.rs"]
 mod args;
 #[allow(dead_code)]
+#[path = "procfs.rs"]
+mod procfs;
+#[allow(dead_code)]
 #[path = "stats.rs"]
 mod stats;
 
@@ -31,6 +34,7 @@ use anyhow::{bail, Context, Result};
 use args::{env_usize, Args};
 use cellhost::registry::{KernelManager, ManagerOptions};
 use cellhost::{Cell, KernelOptions};
+use procfs::{descendants, parent, pss_kib};
 use serde_json::json;
 use stats::Summary;
 
@@ -92,12 +96,6 @@ async fn interleaved(
     Ok((ta, tb))
 }
 
-fn pss_kib(pid: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    let line = text.lines().find(|l| l.starts_with("Pss:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// What `n` idle sessions that imported pandas hold, in MiB: their
 /// runners' summed PSS (the template's included where there is one),
 /// and the summed PSS of every process the host started (also each
@@ -149,30 +147,6 @@ fn template_of(pid: u32) -> Option<u32> {
         p = parent(p)?;
     }
     None
-}
-
-/// Every live descendant of `pid`.
-fn descendants(pid: u32) -> Vec<u32> {
-    let (mut out, mut todo) = (Vec::new(), vec![pid]);
-    while let Some(p) = todo.pop() {
-        let kids =
-            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
-        for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
-            out.push(k);
-            todo.push(k);
-        }
-    }
-    out
-}
-
-fn parent(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 fn ms(s: &Summary) -> serde_json::Value {
