@@ -239,3 +239,51 @@ async fn a_killed_strict_template_costs_no_kernel_and_shutdown_leaves_nothing() 
             .collect::<Vec<_>>()
     );
 }
+
+/// `[sandbox] network = "host"`: the forks keep the host's network (no
+/// namespace of their own) and the template holds no CAP_NET_ADMIN (it
+/// would be over the host's network).
+#[tokio::test]
+async fn with_the_hosts_network_a_fork_reaches_the_host_and_its_template_has_no_net_admin() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = manager_options(&dir).kernel(common::strict_options(
+        &dir,
+        StrictSandbox::default().network(true),
+    ));
+    let m = KernelManager::start(o).await;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = std::thread::spawn(move || {
+        use std::io::Write;
+        let (mut s, _) = listener.accept().unwrap();
+        s.write_all(b"hi").unwrap();
+    });
+    let got = value(
+        &m,
+        "a",
+        &format!(
+            "import socket; s = socket.create_connection(('127.0.0.1', {port}), timeout=10); s.recv(2)"
+        ),
+    )
+    .await;
+    assert_eq!(got, "b'hi'");
+    server.join().unwrap();
+    let a = runner_of(&m, "a").await;
+    let up = |pid: u32| parent_of(pid).unwrap();
+    let template = up(up(up(a)));
+    assert!(common::registry::is_template(template), "a fork");
+    let me = std::process::id();
+    assert_eq!(
+        namespace(a, "net"),
+        namespace(me, "net"),
+        "the host's network"
+    );
+    assert_ne!(namespace(a, "mnt"), namespace(me, "mnt"));
+    let eff = u64::from_str_radix(&status(template, "CapEff"), 16).unwrap();
+    assert_eq!(
+        eff,
+        caps(&["CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]),
+        "no CAP_NET_ADMIN over the host's network"
+    );
+    m.shutdown().await;
+}
