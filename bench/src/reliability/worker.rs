@@ -34,10 +34,12 @@ impl Rng {
     }
 }
 
-/// Faults aimed at one session: (sent, done) times.
+/// Faults aimed at one session: (sent, done) times. A fault is written
+/// down before it is sent (`done` open until its answer is back): the cell
+/// it hits can be answered, and checked, before the fault's own answer.
 #[derive(Default)]
 pub struct Aimed {
-    interrupts: Vec<(Instant, Instant)>,
+    interrupts: Vec<(Instant, Option<Instant>)>,
     kills: Vec<Instant>,
 }
 
@@ -73,7 +75,10 @@ impl Shared {
         };
         let slack = Duration::from_millis(500);
         Hits {
-            interrupted: a.interrupts.iter().any(|&(s, d)| s <= end && d >= start),
+            interrupted: a
+                .interrupts
+                .iter()
+                .any(|&(s, d)| s <= end && d.is_none_or(|d| d >= start)),
             killed: a.kills.iter().any(|&k| k + slack >= start && k <= end),
         }
     }
@@ -216,29 +221,36 @@ pub fn driver(
         let (Some(pid), Some(owner)) = (k["pid"].as_u64(), k["owner"].as_str()) else {
             continue;
         };
-        let sent = Instant::now();
         if kill {
-            let sig = nix::sys::signal::Signal::SIGKILL;
-            if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).is_ok() {
+            if kill_aimed(&shared, owner.to_owned(), pid) {
                 shared.count("fault: kernel SIGKILL", 1);
-                let mut aimed = shared.aimed.lock().unwrap();
-                aimed.entry(owner.to_owned()).or_default().kills.push(sent);
             }
-        } else if let Ok((200, v)) =
-            conn.post(&format!("/v1/sessions/{owner}/interrupt"), &json!({}))
-        {
+        } else {
+            let i = {
+                let mut aimed = shared.aimed.lock().unwrap();
+                let list = &mut aimed.entry(owner.to_owned()).or_default().interrupts;
+                list.push((Instant::now(), None));
+                list.len() - 1
+            };
+            let answer = conn.post(&format!("/v1/sessions/{owner}/interrupt"), &json!({}));
+            // Closed even when the answer was lost: the signal may have
+            // gone out all the same.
             let done = Instant::now();
-            let mut aimed = shared.aimed.lock().unwrap();
-            aimed
-                .entry(owner.to_owned())
-                .or_default()
-                .interrupts
-                .push((sent, done));
-            shared.count("fault: interrupt sent", 1);
-            shared.count(
-                "fault: interrupt hit a running cell",
-                v["count"].as_u64().unwrap_or(0),
-            );
+            shared
+                .aimed
+                .lock()
+                .unwrap()
+                .get_mut(owner)
+                .unwrap()
+                .interrupts[i]
+                .1 = Some(done);
+            if let Ok((200, v)) = answer {
+                shared.count("fault: interrupt sent", 1);
+                shared.count(
+                    "fault: interrupt hit a running cell",
+                    v["count"].as_u64().unwrap_or(0),
+                );
+            }
         }
     }
 }
@@ -398,12 +410,23 @@ fn snapshot_then_kill(shared: &Arc<Shared>, addr: SocketAddr, ks: &Value, rng: &
         }
     });
     std::thread::sleep(Duration::from_millis(rng.below(20)));
-    let sent = Instant::now();
-    let sig = nix::sys::signal::Signal::SIGKILL;
-    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).is_ok() {
+    if kill_aimed(shared, owner, pid) {
         shared.count("fault: kernel SIGKILL during a snapshot", 1);
-        let mut aimed = shared.aimed.lock().unwrap();
-        aimed.entry(owner).or_default().kills.push(sent);
     }
     let _ = asked.join();
+}
+
+/// SIGKILL `owner`'s kernel `pid`, written down first (the cell it ends
+/// can be answered before `kill` returns); whether the signal went out.
+fn kill_aimed(shared: &Shared, owner: String, pid: u64) -> bool {
+    let sent = Instant::now();
+    let mut aimed = shared.aimed.lock().unwrap();
+    let kills = &mut aimed.entry(owner).or_default().kills;
+    kills.push(sent);
+    let sig = nix::sys::signal::Signal::SIGKILL;
+    if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), sig).is_ok() {
+        return true;
+    }
+    kills.pop();
+    false
 }
