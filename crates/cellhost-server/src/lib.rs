@@ -94,9 +94,22 @@ impl Default for ServerOptions {
     }
 }
 
-/// What every handler shares.
+/// What every handler shares: one `Arc`, so the clone every request's
+/// extractors and cell task take is one reference count, not one per
+/// field (and a cancellation token's lock).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The fields of [`AppState`].
+pub struct Shared {
     /// The kernels of every session.
     pub manager: KernelManager,
     /// `None` when history is off.
@@ -134,7 +147,7 @@ impl AppState {
             .as_deref()
             .map(execute::previous_owners)
             .unwrap_or_default();
-        AppState {
+        AppState(Arc::new(Shared {
             manager,
             history,
             options: Arc::new(options),
@@ -146,7 +159,7 @@ impl AppState {
             conns: Arc::default(),
             gate: tenant::Gate::default(),
             clients: mcp::Clients::default(),
-        }
+        }))
     }
 }
 

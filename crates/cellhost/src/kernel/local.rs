@@ -415,9 +415,14 @@ impl Driver for LocalDriver {
         let (mut out, mut err) = self.fresh_captures();
         let workspace = self.spill_workspace();
         let n = info.execution_count;
+        // Only a cut stream's marker names its spill (formatting both
+        // hints for every cell showed in the daemon's profile).
         if let Some((_, inside)) = &workspace {
-            out.spill_hint(finish::spill_hint(inside, n, "stdout"));
-            err.spill_hint(finish::spill_hint(inside, n, "stderr"));
+            for (c, stream) in [(&mut out, "stdout"), (&mut err, "stderr")] {
+                if c.is_cut() {
+                    c.spill_hint(finish::spill_hint(inside, n, stream));
+                }
+            }
         }
         let out = out.finish(&self.cleaner);
         let err = err.finish(&self.cleaner);

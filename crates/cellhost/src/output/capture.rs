@@ -107,6 +107,12 @@ impl Capture {
         self.spill_hint = Some(hint);
     }
 
+    /// Whether more was pushed than is kept (the result will carry a cut
+    /// marker).
+    pub fn is_cut(&self) -> bool {
+        self.cut
+    }
+
     /// Also stream what is pushed from now on, cleaned, through `tap`.
     pub fn tap(&mut self, tap: super::LineTap) {
         self.tap = Some(tap);
