@@ -6,7 +6,9 @@
 //! each was tens of µs). The first caller to queue a row claims the next
 //! commit and yields once to the runtime, so the other tasks ready to
 //! answer queue their rows meanwhile; then it commits them all in one
-//! transaction. When a commit is already running, the running committer
+//! transaction, unless a burst queued [`OFFLOAD_AT`] rows or more (load):
+//! then the background thread commits them, and the caller's thread
+//! serves the other requests meanwhile. When a commit is already running, the running committer
 //! takes every queued row into its next transaction. A committer drains the queue until
 //! it is empty ([`ROUNDS`] transactions at most, then the background
 //! thread takes over) and checks it once more after letting go of the
@@ -33,6 +35,12 @@ use super::{Health, HistoryEntry, PRUNE_EVERY};
 
 /// Most rows one transaction commits.
 const BATCH: usize = 256;
+
+/// Rows queued at once from which a claimed commit goes to the background
+/// thread (load: many answers wait, and the runtime's worker is better
+/// spent on the requests than on SQLite); below it the caller commits on
+/// its own thread (one cell: no hand-off on its answer's path).
+const OFFLOAD_AT: usize = 4;
 
 /// Transactions a caller's thread commits in a row before it leaves the
 /// rest of the queue to the background thread (its own answer is in the
@@ -146,9 +154,15 @@ impl Committer {
     }
 
     /// The claimed commit: release the claim, then commit what is queued
-    /// unless a commit is running (which then takes it).
+    /// unless a commit is running (which then takes it). Under load
+    /// ([`OFFLOAD_AT`] rows or more queued) the background thread commits
+    /// instead: the caller's thread then runs the other answers meanwhile.
     pub(super) fn lead(&self) {
         self.claimed.swap(false, Ordering::AcqRel);
+        if lock(&self.queue).rows.len() >= OFFLOAD_AT && lock(&self.kick).is_some() {
+            self.send(Kick::Drain);
+            return;
+        }
         self.commit_queued(false);
     }
 

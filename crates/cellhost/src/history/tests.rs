@@ -417,6 +417,46 @@ async fn callers_ready_together_on_one_thread_share_one_commit() {
 }
 
 #[test]
+fn a_burst_of_waiting_answers_is_committed_by_the_background_thread_and_every_waiter_told() {
+    // 32 answers ready at once on one runtime thread: the first claims the
+    // commit, yields, finds the others queued and hands the batch to the
+    // background thread (the load path); every wait must still resolve.
+    let dir = tempfile::tempdir().unwrap();
+    let h = Arc::new(
+        History::open(&dir.path().join("h.sqlite"), &HistoryConfig::default(), []).unwrap(),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for round in 0..20 {
+        let answered = rt.block_on(async {
+            let tasks: Vec<_> = (0..32)
+                .map(|i| {
+                    let h = h.clone();
+                    tokio::spawn(async move {
+                        let code = format!("r{round}-{i}");
+                        let row = HistoryEntry::of("burst", None, &code, now(), &result("1"));
+                        h.record_committed(row).await
+                    })
+                })
+                .collect();
+            let mut all = true;
+            for t in tasks {
+                all &= tokio::time::timeout(std::time::Duration::from_secs(10), t)
+                    .await
+                    .expect("a waiting answer was never told its row committed")
+                    .unwrap();
+            }
+            all
+        });
+        assert!(answered, "round {round}: a row was not committed");
+    }
+    assert_eq!(h.session("burst", 1000).unwrap().len(), 640);
+    h.close();
+}
+
+#[test]
 fn concurrent_callers_share_commits_and_every_row_lands() {
     let dir = tempfile::tempdir().unwrap();
     let h = Arc::new(
