@@ -230,6 +230,7 @@ async fn bench(args: Args) -> Result<serde_json::Value> {
     // BENCH_HISTORY=0 measures the HTTP layer without the history record.
     let history = (std::env::var("BENCH_HISTORY").as_deref() != Ok("0")).then(|| Arc::new(history));
     let with_history = history.is_some();
+    let history_handle = history.clone();
     let state = AppState::new(manager.clone(), history, ServerOptions::default());
     let listening = Listening::bind("127.0.0.1:0".parse()?, false).await?;
     let addr = listening.addr;
@@ -289,6 +290,7 @@ async fn bench(args: Args) -> Result<serde_json::Value> {
         })
     })
     .await?;
+    let commits_before = history_handle.as_ref().map_or(0, |h| h.commits());
     let (lean_tput, lean_load) = load(sessions, per, |i| {
         tokio::spawn(async move {
             let mut c = Lean::connect(addr, &format!("h{i}")).await?;
@@ -302,6 +304,8 @@ async fn bench(args: Args) -> Result<serde_json::Value> {
         })
     })
     .await?;
+    // Rows per history transaction under the lean load (group commit).
+    let lean_commits = history_handle.as_ref().map_or(0, |h| h.commits()) - commits_before;
     let (lib_tput, lib_load) = load(sessions, per, |i| {
         let m = manager.clone();
         tokio::spawn(async move {
@@ -380,6 +384,8 @@ async fn bench(args: Args) -> Result<serde_json::Value> {
             "http_lean_cells_per_second": lean_tput.round(),
             "http_lean": lean_load.to_json(),
             "lean_to_library": ((lean_tput / lib_tput) * 1000.0).round() / 1000.0,
+            "lean_history_transactions": lean_commits,
+            "lean_rows_per_transaction": ((sessions * per) as f64 / lean_commits.max(1) as f64 * 10.0).round() / 10.0,
             "http": http_load.to_json(),
             "library": lib_load.to_json(),
         },
