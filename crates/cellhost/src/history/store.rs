@@ -124,12 +124,12 @@ pub(super) fn prune(conn: &Connection, r: &Retention) -> rusqlite::Result<()> {
         conn.execute("DELETE FROM cells WHERE started_at < ?1", params![cutoff])?;
     }
     if r.max_rows > 0 {
-        // Ids only grow (AUTOINCREMENT): the cells kept are the newest
-        // `max_rows` ids, found by two seeks. (Counting rows back from the
-        // newest walked up to `max_rows` index entries every
+        // Ids only grow (AUTOINCREMENT) and rows are deleted only here and
+        // by age, oldest first: the newest `max_rows` ids are the newest
+        // `max_rows` cells, found by two seeks. (Counting rows back from
+        // the newest walked up to `max_rows` index entries every
         // PRUNE_EVERY rows, most of the history's CPU under load, and read
-        // the pages of a history too big for the cache from disk.) Cells
-        // deleted meanwhile leave their ids' places empty: fewer are kept.
+        // the pages of a history too big for the cache from disk.)
         conn.execute(
             "DELETE FROM cells WHERE id <= (SELECT max(id) FROM cells) - ?1",
             params![r.max_rows as i64],
