@@ -505,6 +505,7 @@ impl Spare {
                 execution_count: 0,
                 exited: None,
                 group_killed: false,
+                runner: None,
             })
         })();
         let mut proc = match made {
@@ -537,12 +538,16 @@ impl Spare {
                 match crate::sandbox::launch::runner_pid(pid, 2) {
                     Some(runner) => {
                         proc.pid = runner;
+                        proc.pin_runner();
                         return Ok(proc);
                     }
                     None => "the sandboxed runner's pid could not be found".to_owned(),
                 }
             }
-            Ok(Ok(())) => return Ok(proc),
+            Ok(Ok(())) => {
+                proc.pin_runner();
+                return Ok(proc);
+            }
             Ok(Err(e)) => crate::error_chain(&e),
             Err(_) => format!("no hello within {} s", within.as_secs()),
         };

@@ -8,7 +8,7 @@
 //! host's (`sandbox/rehome.rs`).
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::process::ExitStatus;
 
 use tokio::io::unix::AsyncFd;
@@ -28,13 +28,7 @@ impl Leader {
     /// # Errors
     /// The process is gone, or the kernel has no pidfds (Linux < 5.3).
     pub(crate) fn forked(pid: u32) -> io::Result<Leader> {
-        // SAFETY: pidfd_open takes a pid and flags; it returns a new fd.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a fresh fd that nothing else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+        let fd = crate::sys::pidfd_open(pid)?;
         // SAFETY: the fd is ours and stays open while registered (it is
         // the registration's own).
         let registered =
@@ -100,18 +94,9 @@ impl Leader {
     pub(crate) fn holds_pid(&self) -> bool {
         match self {
             Leader::Spawned(_) => true,
+            // Signal 0 through the pidfd checks existence.
             Leader::Forked { pidfd, .. } => {
-                // SAFETY: signal 0 through a pidfd we own checks existence.
-                let r = unsafe {
-                    libc::syscall(
-                        libc::SYS_pidfd_send_signal,
-                        pidfd.get_ref().as_raw_fd(),
-                        0,
-                        std::ptr::null::<libc::siginfo_t>(),
-                        0,
-                    )
-                };
-                r == 0
+                crate::sys::pidfd_signal(pidfd.get_ref().as_fd(), 0).is_ok()
             }
         }
     }

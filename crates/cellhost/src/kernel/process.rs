@@ -137,6 +137,11 @@ pub(crate) struct Process {
     pub exited: Option<Exit>,
     /// `kill_now` has run.
     pub(super) group_killed: bool,
+    /// A pidfd on the runner (`pid`), opened once its pid is known
+    /// ([`Process::pin_runner`]): an interrupt then reaches the runner or
+    /// nothing, never a process that took its pid after it was reaped (a
+    /// sandboxed runner is reaped by its sandbox's init, not by us).
+    pub(super) runner: Option<std::os::fd::OwnedFd>,
 }
 
 /// What a kernel's tool calls need: the token its runner presents and the
@@ -396,6 +401,7 @@ impl Process {
             execution_count: 0,
             exited: None,
             group_killed: false,
+            runner: None,
         };
         proc.serve_tools(listener, opts, rpc);
         if let Some((l, policy)) = egress {
@@ -444,6 +450,7 @@ impl Process {
                         }
                     }
                 }
+                proc.pin_runner();
                 Ok(proc)
             }
             Ok(Err(e)) => {
@@ -535,9 +542,22 @@ impl Process {
     }
 
     pub(crate) fn signal(&self, sig: Signal) {
-        if self.exited.is_none() {
-            sys::signal_pid(self.pid, sig);
+        if self.exited.is_some() {
+            return;
         }
+        match &self.runner {
+            Some(fd) => {
+                let _ = sys::pidfd_signal(std::os::fd::AsFd::as_fd(fd), sig as i32);
+            }
+            None => sys::signal_pid(self.pid, sig),
+        }
+    }
+
+    /// Hold a pidfd on the runner now that `pid` names it (see `runner`).
+    /// Without one (the runner already gone, or no pidfds) signals go by
+    /// pid, as before.
+    pub(super) fn pin_runner(&mut self) {
+        self.runner = sys::pidfd_open(self.pid).ok();
     }
 
     /// Teardown: SIGTERM to the group, `grace`, then SIGKILL to whatever is

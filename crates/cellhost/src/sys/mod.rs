@@ -18,6 +18,7 @@ pub use mount::private_mount_namespace;
 pub(crate) use random::random_hex;
 pub(crate) use socket::{bind_private_socket, AbortOnDrop};
 pub(crate) use unix::{
-    child_setup, live_start_time, pipe, raw, signal_group, signal_name, signal_pid,
+    child_setup, live_start_time, pidfd_open, pidfd_signal, pipe, raw, signal_group, signal_name,
+    signal_pid,
 };
 pub use unix::{pid_alive, process_group, process_start_time, rss_bytes};

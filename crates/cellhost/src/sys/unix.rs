@@ -93,6 +93,43 @@ pub(crate) fn signal_pid(pid: u32, sig: Signal) {
     let _ = nix::sys::signal::kill(Pid::from_raw(pid as i32), sig);
 }
 
+/// A pidfd on `pid`: it names that process, and never one that takes its
+/// pid after it was reaped.
+///
+/// # Errors
+/// The process is gone, or the kernel has no pidfds (Linux < 5.3).
+pub(crate) fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new fd.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd that nothing else owns.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as RawFd) })
+}
+
+/// Send signal number `sig` (0: only check it lives) through `pidfd`.
+///
+/// # Errors
+/// The process has exited (ESRCH), or the signal was refused.
+pub(crate) fn pidfd_signal(pidfd: std::os::fd::BorrowedFd<'_>, sig: i32) -> io::Result<()> {
+    // SAFETY: a pidfd we borrow, a signal number, no siginfo, no flags.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// `true` when `pid` names a live process (not a zombie).
 pub fn pid_alive(pid: u32) -> bool {
     stat_fields(pid).is_some_and(|f| is_running(&f))
