@@ -33,8 +33,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use args::{env_usize, Args};
 use cellhost::registry::{KernelManager, ManagerOptions};
+use cellhost::sys::{descendants, parent_pid};
 use cellhost::{Cell, KernelOptions};
-use procfs::{descendants, parent, pss_kib};
+use procfs::pss_kib;
 use serde_json::json;
 use stats::Summary;
 
@@ -138,13 +139,13 @@ async fn idle(m: &KernelManager, n: usize) -> Result<Idle> {
 
 /// The template `pid` was forked from (an ancestor named so), if any.
 fn template_of(pid: u32) -> Option<u32> {
-    let mut p = parent(pid)?;
+    let mut p = parent_pid(pid)?;
     while p > 1 && p != std::process::id() {
         let comm = std::fs::read_to_string(format!("/proc/{p}/comm")).ok()?;
         if comm.trim() == "cellhost-tmpl" {
             return Some(p);
         }
-        p = parent(p)?;
+        p = parent_pid(p)?;
     }
     None
 }

@@ -1,5 +1,6 @@
 //! `cellhost run` end to end, as a user runs it.
 
+use cellhost::sys::parent_pid;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -313,7 +314,7 @@ fn a_sandboxed_kernel_dies_with_its_host_when_the_host_is_sigkilled() {
     let (line, v) = first_result(&mut host);
     assert_eq!(v["status"], "success", "{line}");
     let runner = v["kernel"]["pid"].as_u64().unwrap() as u32;
-    let bwrap = parent(parent(runner).unwrap()).unwrap();
+    let bwrap = parent_pid(parent_pid(runner).unwrap()).unwrap();
     let mut pids = vec![bwrap];
     let mut i = 0;
     while i < pids.len() {
@@ -351,16 +352,6 @@ fn sigkill_host_and_expect_gone(host: &mut std::process::Child, pids: &[u32]) {
     for &p in pids {
         assert!(!pid_alive(p), "pid {p} outlived its host by a second");
     }
-}
-
-fn parent(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
 }
 
 #[test]

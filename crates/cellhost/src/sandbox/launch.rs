@@ -478,13 +478,5 @@ pub(crate) fn prefixes(python: &Path) -> Result<Vec<PathBuf>, SandboxError> {
 /// (under bwrap, 2: bwrap's child is the pid namespace's init, whose
 /// child is the runner).
 pub(crate) fn runner_pid(leader: u32, depth: usize) -> Option<u32> {
-    let child_of = |pid: u32| -> Option<u32> {
-        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
-            .ok()?
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()
-    };
-    (0..depth).try_fold(leader, |pid, _| child_of(pid))
+    (0..depth).try_fold(leader, |pid, _| crate::sys::children(pid).first().copied())
 }

@@ -21,4 +21,6 @@ pub(crate) use unix::{
     child_setup, live_start_time, pidfd_open, pidfd_signal, pipe, raw, signal_group, signal_name,
     signal_pid,
 };
-pub use unix::{pid_alive, process_group, process_start_time, rss_bytes};
+pub use unix::{
+    children, descendants, parent_pid, pid_alive, process_group, process_start_time, rss_bytes,
+};

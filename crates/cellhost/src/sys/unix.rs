@@ -170,6 +170,31 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
     Some(rest.split_whitespace().map(str::to_owned).collect())
 }
 
+/// The parent of `pid` (`stat` field 4), if `pid` lives.
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    stat_fields(pid)?.get(1)?.parse().ok()
+}
+
+/// The children of `pid` (none when it is gone).
+pub fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|k| k.parse().ok())
+        .collect()
+}
+
+/// Every live descendant of `pid` (children, grandchildren, ...).
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let (mut out, mut todo) = (Vec::new(), vec![pid]);
+    while let Some(p) = todo.pop() {
+        let kids = children(p);
+        todo.extend(&kids);
+        out.extend(kids);
+    }
+    out
+}
+
 /// When `pid` started, in clock ticks since boot (`stat` field 22). With
 /// the pid it names one process: a pid reused later has a later start.
 pub fn process_start_time(pid: u32) -> Option<u64> {

@@ -157,28 +157,7 @@ pub async fn strict_kernel() -> TestKernel {
     kernel_with(opts, dir).await
 }
 
-/// Every live descendant of `pid` (children, grandchildren, ...).
-pub fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        let kids =
-            std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")).unwrap_or_default();
-        for k in kids.split_whitespace().filter_map(|k| k.parse().ok()) {
-            out.push(k);
-            todo.push(k);
-        }
-    }
-    out
-}
-
-/// The parent pid of `pid`.
-pub fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?
-        .1
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
+// /proc facts about processes, from the library (not every test binary
+// uses both: the module's `dead_code` allowance, for imports).
+#[allow(unused_imports)]
+pub use cellhost::sys::{descendants, parent_pid as parent_of};
